@@ -1,0 +1,100 @@
+"""The environment protocol every benchmark implements (async first, sync wrappers).
+
+An action is either text (text protocol: the policy's raw reply, parsed by the environment's
+text-action parser) or a ``ToolCall`` (function-calling protocol). ``StepResult.info`` may carry
+``"infra_error": True`` when the environment itself failed (engine down, timeout of the
+environment's own machinery): executors retry those and never count them as task failures.
+"""
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import hashlib
+import json
+from typing import Any, Optional, Union
+
+SPLITS = ("train", "search", "selection", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict
+
+
+Action = Union[str, ToolCall]
+
+
+@dataclasses.dataclass
+class StepResult:
+    observation: str
+    reward: float = 0.0
+    done: bool = False
+    info: dict = dataclasses.field(default_factory=dict)
+
+
+def content_hash(obj: Any, n: int = 16) -> str:
+    """Stable identity of a JSON-serialisable object (sorted keys, compact separators)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:n]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    env_name: str
+    data: dict                      # the benchmark's own record (e.g. one AgentBench DB item)
+    split: str = "train"
+    category: Optional[str] = None  # per-category metrics (e.g. DBBench "counting", ALFWorld task type)
+
+    @property
+    def task_id(self) -> str:
+        return f"{self.env_name}-{content_hash(self.data)}"
+
+
+class Env(abc.ABC):
+    """One episode at a time; create one Env per concurrent episode."""
+
+    name: str = "env"
+    protocol: str = "text"  # "text" | "function"
+
+    @abc.abstractmethod
+    async def areset(self, task: Task) -> str:
+        """Starts an episode; returns the first observation (the task prompt as text)."""
+
+    @abc.abstractmethod
+    async def astep(self, action: Action) -> StepResult:
+        ...
+
+    @abc.abstractmethod
+    async def aevaluate(self) -> dict:
+        """Final scoring of the episode: at least {"success": bool, "score": float}."""
+
+    async def aclose(self) -> None:
+        return None
+
+    def tool_specs(self) -> list[dict]:
+        """JSON-schema tool specs for the function-calling protocol (OpenAI/Qwen style)."""
+        return []
+
+    # -- synchronous wrappers ------------------------------------------------------------
+    def reset(self, task: Task) -> str:
+        return _run(self.areset(task))
+
+    def step(self, action: Action) -> StepResult:
+        return _run(self.astep(action))
+
+    def evaluate(self) -> dict:
+        return _run(self.aevaluate())
+
+    def close(self) -> None:
+        return _run(self.aclose())
+
+
+def _run(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    raise RuntimeError("the synchronous Env wrappers cannot be called from a running event loop; "
+                       "await the a* methods instead")

