@@ -17,6 +17,10 @@ INSTALL_REQUIRES = [
     "pyyaml>=6.0",
     "tqdm>=4.66",
     "tensorboardX>=2.6",
+    # environments (issue 6): MariaDB driver for DBBench; ALFWorld/TextWorld engines
+    "PyMySQL>=1.1",
+    "textworld[pddl]>=1.6.1",
+    "alfworld>=0.4.2",
 ]
 
 EXTRAS_REQUIRE = {

@@ -18,3 +18,71 @@ jax.config.update("jax_enable_x64", False)
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a few minutes on 2 cores; still part of CI")
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny random Qwen3.5 checkpoints (owned by the model package; shared by every area's tests).
+# Made by transformers itself (torch fp32, fixed seed) and written with save_pretrained, so a
+# test that loads them exercises the real on-disk format. Layers mix linear (Gated DeltaNet)
+# and full attention. The zero-centred RMSNorm weights, gated-norm weights, A_log and dt_bias
+# are perturbed away from their HF init values so parity tests see every term of the math.
+# --------------------------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+TINY_LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+
+
+def _tiny_text_kwargs():
+    return dict(
+        vocab_size=512, hidden_size=64, num_hidden_layers=4, layer_types=list(TINY_LAYER_TYPES),
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_num_key_heads=2, linear_num_value_heads=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        max_position_embeddings=1024, initializer_range=0.05, rms_norm_eps=1e-6,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )
+
+
+def _perturb_hf_norms(model, torch, seed):
+    """Move norm weights, A_log and dt_bias off their constant init so they matter."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith("dt_bias") or name.endswith("A_log"):
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+
+
+def _save_tiny_hf(out_dir, moe: bool, seed: int):
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    kw = _tiny_text_kwargs()
+    if moe:
+        cfg = transformers.Qwen3_5MoeTextConfig(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, tie_word_embeddings=True, **kw)
+        model = transformers.Qwen3_5MoeForCausalLM(cfg)
+    else:
+        cfg = transformers.Qwen3_5TextConfig(intermediate_size=128, tie_word_embeddings=False, **kw)
+        model = transformers.Qwen3_5ForCausalLM(cfg)
+    _perturb_hf_norms(model, torch, seed + 1)
+    model.eval()
+    model.save_pretrained(str(out_dir))
+    return str(out_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_dense_dir(tmp_path_factory):
+    """A tiny random dense Qwen3.5 checkpoint dir (Qwen3_5ForCausalLM, vocab 512, hidden 64,
+    4 layers [linear, full, linear, full], untied LM head), written by transformers."""
+    return _save_tiny_hf(tmp_path_factory.mktemp("tiny_hf_dense"), moe=False, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_hf_moe_dir(tmp_path_factory):
+    """A tiny random MoE Qwen3.5 checkpoint dir (Qwen3_5MoeForCausalLM, 4 experts top-2, shared
+    expert, vocab 512, hidden 64, 4 layers [linear, full, linear, full], tied embeddings)."""
+    return _save_tiny_hf(tmp_path_factory.mktemp("tiny_hf_moe"), moe=True, seed=1)

@@ -17,6 +17,11 @@ from typing import Any, Optional, Union
 SPLITS = ("train", "search", "selection", "test")
 
 
+class InfraError(RuntimeError):
+    """The environment's own machinery failed (engine unreachable, game server crashed): raised
+    by ``reset``; executors retry it and never count it as a task failure."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
     name: str

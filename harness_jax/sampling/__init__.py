@@ -1,0 +1,27 @@
+"""Rollout engines: embedded JAX engine, SGLang client, SGLang-compatible server, chat client.
+
+``JaxEngine`` needs jax/flax (always installed); the client modules are stdlib-only. Imports are
+lazy so that ``from harness_jax.sampling import SGLangClient`` does not compile anything.
+"""
+from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
+                                        GenerateResult, RolloutEngine, SamplingParams)
+
+__all__ = ["JaxEngine", "SamplingParams", "SGLangClient", "GenerateRequest", "GenerateResult",
+           "RolloutEngine", "EngineServer", "OpenAIChatClient", "ChatClientConfig",
+           "WeightSyncReport", "FINISH_STOP", "FINISH_LENGTH", "FINISH_ABORT"]
+
+_LAZY = {
+    "JaxEngine": "harness_jax.sampling.engine",
+    "SGLangClient": "harness_jax.sampling.sglang_client",
+    "WeightSyncReport": "harness_jax.sampling.sglang_client",
+    "EngineServer": "harness_jax.sampling.server",
+    "OpenAIChatClient": "harness_jax.sampling.openai_client",
+    "ChatClientConfig": "harness_jax.sampling.openai_client",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'harness_jax.sampling' has no attribute {name!r}")

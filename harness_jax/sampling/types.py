@@ -26,6 +26,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()        # stop strings (need a detokenizer on the engine)
     seed: Optional[int] = None        # per-request seed; None = engine-chosen
+    ignore_eos: bool = False          # True: the model's EOS ids do not end the request
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -62,6 +63,8 @@ class GenerateResult:
     token_versions: Optional[list[int]] = None  # per-token weight version when it changed mid-request
     stop_reason: Optional[object] = None        # the stop token id / string that matched, if any
     prompt_tokens: int = 0
+    cached_tokens: int = 0            # prompt tokens whose state was reused (continuation)
+    message: str = ""                 # why it aborted, when it did
 
 
 class RolloutEngine(abc.ABC):

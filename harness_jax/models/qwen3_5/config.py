@@ -126,6 +126,65 @@ class Qwen3_5Config:
         if self.hidden_act != "silu":
             bad("hidden_act", f"{self.hidden_act!r} is not supported; Qwen3.5 uses 'silu'")
 
+    # ------------------------------------------------------------------------------------
+    def _layer_params(self, layer_type: str, active: bool) -> tuple[int, int]:
+        """(matmul weight params, other params) of one decoder layer."""
+        D = self.hidden_size
+        other = 2 * D  # input / post-attention norms
+        if layer_type == LINEAR:
+            C, Vd, Nv = self.linear_conv_dim, self.linear_value_dim, self.linear_num_value_heads
+            mm = D * C + D * Vd + 2 * D * Nv + Vd * D
+            other += C * self.linear_conv_kernel_dim + 2 * Nv + self.linear_value_head_dim
+        else:
+            N, Kv, H = self.num_attention_heads, self.num_key_value_heads, self.head_dim
+            mm = D * (2 * N * H) + 2 * D * Kv * H + N * H * D
+            other += 2 * H + (2 * N * H + 2 * Kv * H + D if self.attention_bias else 0)
+        if self.is_moe:
+            X = self.num_experts_per_tok if active else self.num_experts
+            mm += self.num_experts * D + 3 * X * self.moe_intermediate_size * D
+            mm += 3 * D * self.shared_expert_intermediate_size + D
+        else:
+            mm += 3 * D * self.intermediate_size
+        return mm, other
+
+    def num_params(self, active: bool = False, include_embeddings: bool = True) -> int:
+        """Parameter count (analytic). ``active``: only the top-k experts of MoE layers count."""
+        V, D = self.vocab_size, self.hidden_size
+        total = D  # final norm
+        for t in self.layer_types:
+            mm, other = self._layer_params(t, active)
+            total += mm + other
+        if include_embeddings:
+            total += V * D * (1 if self.tie_word_embeddings else 2)
+        elif not self.tie_word_embeddings:
+            total += V * D  # the LM head is a matmul, not an embedding lookup
+        return total
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward = 3x forward) at sequence length ``seq_len``.
+
+        ``6 * N_matmul`` over every weight matmul (active experts only, LM head included, the
+        embedding lookup excluded) plus sequence-dependent terms: causal full attention
+        ``3 * 2 * 2 * heads*head_dim * seq_len/2`` per layer (QK^T and PV over the average
+        causal context), and for Gated DeltaNet layers the chunked delta rule
+        (``3 * heads * (6*A*E + 2*L*(2*A + E) + L*(A + E))`` with chunk L = gdn_chunk_size:
+        state read/write/update plus intra-chunk scores, solve and mixing) and the depthwise conv.
+        """
+        V, D = self.vocab_size, self.hidden_size
+        mm = V * D  # LM head
+        attn = 0.0
+        for t in self.layer_types:
+            m, _ = self._layer_params(t, active=True)
+            mm += m
+            if t == FULL:
+                attn += 3 * 2 * 2 * self.num_attention_heads * self.head_dim * seq_len / 2
+            else:
+                A, E, Nv = self.linear_key_head_dim, self.linear_value_head_dim, self.linear_num_value_heads
+                L = min(self.gdn_chunk_size, seq_len)
+                attn += 3 * Nv * (6 * A * E + 2 * L * (2 * A + E) + L * (A + E))
+                attn += 3 * 2 * self.linear_conv_dim * self.linear_conv_kernel_dim
+        return 6.0 * mm + attn
+
     def replace(self, **kw) -> "Qwen3_5Config":
         return dataclasses.replace(self, **kw)
 

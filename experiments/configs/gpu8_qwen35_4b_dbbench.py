@@ -1,0 +1,95 @@
+"""gpu8_qwen35_4b_dbbench: Qwen3.5-4B agent GRPO on DBBench, one node with 8x H100-80GB.
+
+Layout (disaggregated): GPUs 0-3 run the JAX learner (mesh data=1 x fsdp=4), GPUs 4-7 run four
+SGLang servers (tp=1 each) that generate the rollouts; weights reach the servers as a Hugging
+Face export in ``rollout.sync_dir`` (``update_weights_from_disk``) after every learner step.
+Rollouts run asynchronously with at most one batch in flight ahead of the learner.
+
+Commands::
+
+    # 1) four SGLang servers (see harness_jax/sampling docs for the RL flags)
+    for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$((4+i)) python -m sglang.launch_server \
+        --model-path $QWEN35_4B --port $((30000+i)) --disable-radix-cache & done
+    # 2) the learner
+    CUDA_VISIBLE_DEVICES=0,1,2,3 python launch/train.py \
+        --config=experiments/configs/gpu8_qwen35_4b_dbbench.py --workdir=$WORKDIR \
+        --config.model.hf_path=$QWEN35_4B
+
+Expected result: not run by this project (no GPU here); the config validates and its train step
+lowers for a 4-device fsdp mesh on CPU fake devices (tests/experiments). The target is the
+Harness-S GRPO baseline on DBBench (success rises over ~200 steps from the base model's).
+
+The shape used without ``hf_path`` is our ~4B estimate (hidden 2560, 32 layers, SwiGLU 9216,
+tied embeddings; attention and Gated DeltaNet heads as the 9B): the public Qwen3.5-4B
+config.json is not available offline here, and with ``--config.model.hf_path`` the checkpoint's
+own config.json replaces it.
+
+Memory arithmetic per learner GPU (N = 4.2e9 parameters, ``cfg.num_params()`` of that shape;
+fsdp=4 shards parameters, gradients and both Adam moments):
+  fp32 master params  4 B x N / 4  =  4.2 GB
+  fp32 gradients      4 B x N / 4  =  4.2 GB
+  Adam m + v          8 B x N / 4  =  8.4 GB
+  bf16 compute copy   2 B x N (gathered one block at a time under FSDP; ~0.4 GB live)
+  activations (remat="block", bf16): micro-batch 1 row x 8192 tokens per device,
+      block inputs 8192 x 2560 x 2 B x 32 layers = 1.3 GB, one block's internals ~3 GB,
+      log-probs in chunks of 1024 tokens: 1024 x 248320 x 4 B = 1.0 GB
+  total ~ 22 GB of 80 GB: room for micro_batches=1 at pack_len 8192.
+"""
+from experiments.configs import common
+
+
+def get_config():
+    c = common.base_config()
+    c.name = "gpu8_qwen35_4b_dbbench"
+    c.num_steps = 200                     # GRPO steps
+
+    c.model.preset = "9b"                 # Qwen3.5 family defaults, resized below to ~4B
+    c.model.overrides = dict(             # ~4B Qwen3.5 shape for validation/AOT without weights; with
+        hidden_size=2560,                 # --config.model.hf_path the checkpoint's config.json is used instead
+        intermediate_size=9216,           # SwiGLU width
+        num_hidden_layers=32,             # 8 cycles of 3 Gated DeltaNet + 1 gated attention
+        tie_word_embeddings=True,         # small Qwen models tie the LM head
+    )
+    c.model.dtype = "bfloat16"            # bf16 compute
+    c.model.param_dtype = "float32"       # fp32 master weights
+    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.scan_layers = True            # compile one 4-layer cycle, scanned 8 times
+
+    c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP
+    c.mesh.num_devices = 4                # CUDA_VISIBLE_DEVICES=0,1,2,3
+    c.mesh.platform = "gpu"               # H100-80GB
+
+    c.rollout.mode = "disaggregated"      # SGLang servers on GPUs 4-7
+    c.rollout.engine = "sglang"           # SGLang HTTP API
+    c.rollout.server_urls = ("http://127.0.0.1:30000", "http://127.0.0.1:30001",
+                             "http://127.0.0.1:30002", "http://127.0.0.1:30003")  # one per GPU
+    c.rollout.sync_every = 1              # export + update_weights_from_disk after every step
+    c.rollout.max_new_tokens = 512        # SQL + reasoning per turn
+    c.rollout.concurrency = 256           # episodes in flight across the 4 servers
+    c.rollout.max_len = 16384             # prompt + 15 rounds
+
+    c.env.kwargs = dict(engine="mariadb", protocol="function", max_rounds=15)  # faithful MySQL engine, tool calls
+    c.env.split_kwargs = dict(n=20000, seed=0)  # generated training tasks (n per split)
+    c.env.max_turns = 15                  # AgentBench's 15 rounds
+
+    c.rl.group_size = 8                   # G
+    c.rl.tasks_per_step = 32              # 256 episodes per step
+    c.rl.micro_batches = 8                # gradient accumulation
+    c.rl.mini_batches = 2                 # two optimizer steps per rollout batch
+    c.rl.pack_len = 8192                  # packed row length
+    c.rl.logit_chunk = 1024               # LM head in 1024-position chunks (248k vocab: 1 GB of fp32 logits each)
+    c.rl.async_mode = True                # rollouts overlap training
+    c.rl.max_staleness = 1                # at most one batch ahead
+    c.opt.lr = 1e-6                       # GRPO lr for a 4B model
+    c.opt.warmup_steps = 10               # warm-up
+    c.opt.schedule = "constant"           # constant after warm-up
+
+    c.ckpt.every_steps = 20               # checkpoint period
+    c.ckpt.keep = 3                       # keep-N
+    c.eval.every_steps = 20               # periodic eval on the selection split
+    c.eval.num_tasks = 200                # selection tasks
+    c.eval.k = 3                          # Pass@3 / Avg@3 (the paper's metrics)
+    c.eval.temperature = 0.7              # sampled attempts
+    c.log.peak_flops = 989e12             # H100 SXM bf16 dense peak per GPU
+    c.log.progress_bar = "off"            # batch job
+    return c

@@ -1,0 +1,394 @@
+"""One place that checks an experiment ConfigDict before anything is built or compiled.
+
+Every problem is reported with its dotted path, the bad value and the fix, all at once (one
+``ConfigValidationError`` listing every problem), so a user fixes a config in one round instead
+of discovering errors one compile at a time (cf. MaxText #3960). The schema is
+``experiments/configs/common.py``; this module checks values and their consistency.
+
+    from harness_jax import config_validation
+    config_validation.validate(config)                 # raises ConfigValidationError
+    problems = config_validation.find_problems(config) # list[Problem], empty when fine
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Optional, Sequence
+
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
+DTYPES = ("float32", "bfloat16")
+TRAIN_SPLITS = ("train", "search", "selection")   # "test" is sealed: evaluation entry points only
+ALL_SPLITS = ("train", "search", "selection", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    path: str       # dotted config path, e.g. "rl.group_size"
+    value: Any      # the offending value
+    problem: str    # what is wrong
+    fix: str        # what to do
+
+    def __str__(self) -> str:
+        return f"config.{self.path} = {self.value!r}: {self.problem}. Fix: {self.fix}"
+
+
+class ConfigValidationError(ValueError):
+    """Raised with every problem of a config; ``.problems`` holds them as ``Problem``s."""
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s) in the experiment config:\n{lines}")
+
+
+def validate(config, *, num_devices: Optional[int] = None, check_paths: bool = True,
+             allow_test_split: bool = False) -> None:
+    """Raises ``ConfigValidationError`` listing every problem; returns None when the config is fine.
+
+    num_devices: devices the run will have (default: ``config.mesh.num_devices`` when > 0, else
+    ``jax.device_count()``). check_paths: verify that referenced files/directories exist.
+    allow_test_split: only evaluation entry points pass True (the test split is sealed).
+    """
+    problems = find_problems(config, num_devices=num_devices, check_paths=check_paths,
+                             allow_test_split=allow_test_split)
+    if problems:
+        raise ConfigValidationError(problems)
+
+
+def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+    """Fills the single -1 of ``shape`` so the product equals ``num_devices`` (validated first)."""
+    shape = tuple(int(s) for s in shape)
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        return tuple(num_devices // known if s == -1 else s for s in shape)
+    return shape
+
+
+def find_problems(config, *, num_devices: Optional[int] = None, check_paths: bool = True,
+                  allow_test_split: bool = False) -> list[Problem]:
+    out: list[Problem] = []
+
+    def bad(path, value, problem, fix):
+        out.append(Problem(path, value, problem, fix))
+
+    def get(path, default=None):
+        node = config
+        for part in path.split("."):
+            if node is None or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    for section in ("model", "mesh", "rollout", "env", "harness", "rl", "opt", "sft", "ckpt", "eval", "log"):
+        if section not in config:
+            bad(section, None, "section is missing",
+                "start the config from experiments.configs.common.base_config()")
+    if out:
+        return out
+
+    _int_at_least(bad, "num_steps", get("num_steps"), 0)
+    _check_model(config, bad, check_paths)
+    _check_mesh(config, bad, num_devices)
+    _check_rollout(config, bad)
+    _check_env(config, bad, allow_test_split)
+    _check_harness(config, bad, check_paths)
+    _check_rl(config, bad)
+    _check_opt(config, bad)
+    _check_sft(config, bad)
+    _check_ckpt_eval_log(config, bad)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+def _int_at_least(bad, path, value, lo, fix=None):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        bad(path, value, f"must be an integer >= {lo}", fix or f"set --config.{path} to a value >= {lo}")
+        return False
+    return True
+
+
+def _one_of(bad, path, value, choices):
+    if value not in choices:
+        bad(path, value, f"unknown value; allowed: {', '.join(map(repr, choices))}",
+            f"set --config.{path} to one of {', '.join(map(str, choices))}")
+        return False
+    return True
+
+
+def _check_model(config, bad, check_paths):
+    m = config.model
+    _one_of(bad, "model.dtype", m.dtype, DTYPES)
+    _one_of(bad, "model.param_dtype", m.param_dtype, DTYPES)
+    _one_of(bad, "model.remat", m.remat, ("none", "block", "full"))
+    _one_of(bad, "model.tokenizer", m.tokenizer, ("qwen", "task_bpe"))
+    if m.tokenizer == "task_bpe":
+        if _int_at_least(bad, "model.tokenizer_vocab", m.tokenizer_vocab, 512):
+            v = dict(m.overrides).get("vocab_size")
+            if not m.hf_path and v is not None and v < m.tokenizer_vocab:
+                bad("model.overrides.vocab_size", v, f"smaller than model.tokenizer_vocab={m.tokenizer_vocab}",
+                    f"set --config.model.overrides.vocab_size={m.tokenizer_vocab}")
+        if m.hf_path:
+            bad("model.tokenizer", m.tokenizer, "a pretrained checkpoint (hf_path) comes with its own vocabulary",
+                "use --config.model.tokenizer=qwen with hf_path")
+    if m.hf_path:
+        if check_paths and not os.path.exists(os.path.join(m.hf_path, "config.json")):
+            bad("model.hf_path", m.hf_path, "no config.json in this directory",
+                "point --config.model.hf_path at a Hugging Face checkpoint directory, or set it to '' "
+                "to use model.preset")
+    if m.init_from and check_paths and not os.path.exists(m.init_from):
+        bad("model.init_from", m.init_from, "missing checkpoint path",
+            "point --config.model.init_from at an existing HF directory or orbax checkpoint, or set it to ''")
+    try:
+        from harness_jax.models import qwen3_5
+    except Exception as e:  # the model package itself is broken: say so, do not guess
+        bad("model.preset", m.preset, f"harness_jax.models.qwen3_5 cannot be imported ({e})",
+            "fix the model package installation")
+        return
+    base = None
+    if not m.hf_path:
+        try:
+            base = qwen3_5.presets.get(m.preset)
+        except Exception as e:
+            names = _preset_names(qwen3_5)
+            bad("model.preset", m.preset, f"unknown model preset ({e})",
+                f"use one of {names} or set --config.model.hf_path")
+    elif check_paths and os.path.exists(os.path.join(m.hf_path, "config.json")):
+        try:
+            base = qwen3_5.Qwen3_5Config.from_hf(m.hf_path)
+        except Exception as e:
+            bad("model.hf_path", m.hf_path, f"config.json is not a loadable Qwen3.5 config ({e})",
+                "use a Qwen3.5 (dense or MoE) checkpoint")
+    if base is not None:
+        fields = {f.name for f in dataclasses.fields(base)}
+        over = dict(m.overrides)
+        for k in over:
+            if k not in fields:
+                bad(f"model.overrides.{k}", over[k], "not a Qwen3_5Config field",
+                    "remove it; fields are e.g. hidden_size, num_hidden_layers, vocab_size")
+        over = {k: (tuple(v) if isinstance(v, list) else v) for k, v in over.items()
+                if k in fields and not m.hf_path}
+        over.update(remat=m.remat, scan_layers=bool(m.scan_layers))
+        try:
+            from harness_jax.train.builders import apply_overrides
+            apply_overrides(base, over)
+        except Exception as e:
+            bad("model.overrides", over, f"the resulting model config is invalid ({e})",
+                "make the overrides consistent (see the message)")
+
+
+def _preset_names(qwen3_5):
+    p = getattr(qwen3_5, "presets", None)
+    for attr in ("names", "NAMES", "PRESETS", "available"):
+        v = getattr(p, attr, None)
+        if v is not None:
+            v = v() if callable(v) else v
+            return ", ".join(sorted(v))
+    return "the names in harness_jax.models.qwen3_5.presets"
+
+
+def _check_mesh(config, bad, num_devices):
+    mesh = config.mesh
+    shape = tuple(mesh.shape) if mesh.shape is not None else ()
+    if tuple(mesh.axes) != MESH_AXES:
+        bad("mesh.axes", tuple(mesh.axes), f"must be {MESH_AXES}", f"set --config.mesh.axes='{MESH_AXES}'")
+    if len(shape) != len(MESH_AXES) or not all(isinstance(s, int) for s in shape):
+        bad("mesh.shape", shape, f"needs {len(MESH_AXES)} integers (one per axis {MESH_AXES})",
+            "e.g. --config.mesh.shape='(1,-1,1,1)'")
+        return
+    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+        bad("mesh.shape", shape, "each entry must be >= 1, with at most one -1 (fills the remaining devices)",
+            "e.g. --config.mesh.shape='(1,-1,1,1)'")
+        return
+    _one_of(bad, "mesh.platform", mesh.platform, ("cpu", "gpu", "tpu"))
+    if num_devices is None:
+        if mesh.num_devices and mesh.num_devices > 0:
+            num_devices = int(mesh.num_devices)
+        else:
+            import jax
+            num_devices = jax.device_count()
+    elif mesh.num_devices and mesh.num_devices > 0 and mesh.num_devices != num_devices:
+        bad("mesh.num_devices", mesh.num_devices,
+            f"the preset is sized for {mesh.num_devices} devices but this run has {num_devices}",
+            f"run on {mesh.num_devices} devices or set --config.mesh.num_devices=-1 and a mesh.shape "
+            f"for {num_devices}")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if num_devices % known:
+            bad("mesh.shape", shape, f"the fixed axes ({known} devices) do not divide the device count "
+                f"{num_devices}", f"choose axis sizes whose product divides {num_devices}")
+    elif known != num_devices:
+        bad("mesh.shape", shape, f"uses {known} devices but the run has {num_devices}",
+            f"make the product of mesh.shape equal {num_devices}, or use -1 on one axis")
+    if mesh.rules is not None:
+        for i, rule in enumerate(mesh.rules):
+            ok = (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)
+                  and (rule[1] is None or rule[1] in MESH_AXES
+                       or (isinstance(rule[1], (tuple, list)) and all(a in MESH_AXES for a in rule[1]))))
+            if not ok:
+                bad(f"mesh.rules[{i}]", rule, "a rule is (logical_name, mesh_axis | None | tuple of mesh axes)",
+                    f"use mesh axes from {MESH_AXES}")
+
+
+def _check_rollout(config, bad):
+    r = config.rollout
+    _one_of(bad, "rollout.mode", r.mode, ("colocated", "disaggregated"))
+    _one_of(bad, "rollout.engine", r.engine, ("jax", "sglang"))
+    if r.mode == "colocated" and r.engine != "jax":
+        bad("rollout.engine", r.engine, "colocated mode runs the embedded JAX engine on the learner's devices",
+            "set --config.rollout.engine=jax, or --config.rollout.mode=disaggregated for servers")
+    if r.mode == "disaggregated":
+        if r.engine != "sglang":
+            bad("rollout.engine", r.engine, "disaggregated mode talks to servers over the SGLang HTTP API",
+                "set --config.rollout.engine=sglang")
+        urls = tuple(r.server_urls or ())
+        if not urls:
+            bad("rollout.server_urls", urls, "disaggregated mode needs at least one server",
+                "start launch/serve.py or SGLang and pass --config.rollout.server_urls='(\"http://host:port\",)'")
+        for i, u in enumerate(urls):
+            if not (isinstance(u, str) and u.startswith(("http://", "https://"))):
+                bad(f"rollout.server_urls[{i}]", u, "not an http(s) URL", "use 'http://host:port'")
+    _int_at_least(bad, "rollout.sync_every", r.sync_every, 1)
+    _int_at_least(bad, "rollout.max_slots", r.max_slots, 1)
+    _int_at_least(bad, "rollout.max_new_tokens", r.max_new_tokens, 1)
+    _int_at_least(bad, "rollout.concurrency", r.concurrency, 1)
+    if _int_at_least(bad, "rollout.max_len", r.max_len, 2) and isinstance(r.max_new_tokens, int):
+        if r.max_len <= r.max_new_tokens:
+            bad("rollout.max_len", r.max_len, f"must exceed max_new_tokens={r.max_new_tokens} (the prompt needs room)",
+                "raise --config.rollout.max_len")
+    if not (isinstance(r.temperature, (int, float)) and r.temperature > 0):
+        bad("rollout.temperature", r.temperature,
+            "training rollouts must sample (temperature 0 makes every group identical, so every advantage is 0)",
+            "set --config.rollout.temperature=1.0")
+    if not (0 < r.top_p <= 1):
+        bad("rollout.top_p", r.top_p, "must be in (0, 1]", "set --config.rollout.top_p=1.0")
+    if r.top_k == 0 or r.top_k < -1:
+        bad("rollout.top_k", r.top_k, "must be -1 (off) or >= 1", "set --config.rollout.top_k=-1")
+    if r.request_timeout_s <= 0:
+        bad("rollout.request_timeout_s", r.request_timeout_s, "must be > 0", "e.g. 120.0")
+
+
+def _check_env(config, bad, allow_test_split):
+    e = config.env
+    names = None
+    try:
+        from harness_jax.envs import registry
+        names = _registry_names(registry)
+    except Exception as exc:
+        bad("env.name", e.name, f"the environment registry cannot be imported ({exc})",
+            "fix the harness_jax.envs installation")
+    if names is not None and e.name not in names:
+        bad("env.name", e.name, "unknown environment", f"use one of {', '.join(sorted(names))}")
+    if e.train_split == "test" or (e.eval_split == "test" and not allow_test_split):
+        path = "env.train_split" if e.train_split == "test" else "env.eval_split"
+        bad(path, "test", "the test split is sealed: training and evolution never read it",
+            "use 'selection' here; evaluate the test split with launch/evaluate.py --split=test")
+    else:
+        _one_of(bad, "env.train_split", e.train_split, TRAIN_SPLITS)
+        _one_of(bad, "env.eval_split", e.eval_split, ALL_SPLITS if allow_test_split else TRAIN_SPLITS)
+    _int_at_least(bad, "env.max_turns", e.max_turns, 0, "set --config.env.max_turns >= 1 (0 = the harness's own limit)")
+
+
+def _registry_names(registry):
+    for attr in ("names", "list_envs", "available", "REGISTRY", "_REGISTRY"):
+        v = getattr(registry, attr, None)
+        if v is not None:
+            v = v() if callable(v) else v
+            return set(v)
+    return None
+
+
+def _check_harness(config, bad, check_paths):
+    spec = config.harness.spec
+    if spec and check_paths and (spec.endswith((".json", ".yaml", ".yml")) or os.sep in spec):
+        if not os.path.exists(spec):
+            bad("harness.spec", spec, "harness spec file not found",
+                "point --config.harness.spec at a JSON/YAML harness spec, or '' for the base harness")
+
+
+def _check_rl(config, bad):
+    rl = config.rl
+    _int_at_least(bad, "rl.group_size", rl.group_size, 2,
+                  "GRPO compares rollouts within a group; set --config.rl.group_size=4 (or more)")
+    _int_at_least(bad, "rl.tasks_per_step", rl.tasks_per_step, 1)
+    if not (0 <= rl.eps_low < 1):
+        bad("rl.eps_low", rl.eps_low, "must be in [0, 1) (the lower clip is 1 - eps_low)", "e.g. 0.2")
+    if not rl.eps_high >= 0:
+        bad("rl.eps_high", rl.eps_high, "must be >= 0", "e.g. 0.28")
+    if rl.dual_clip and rl.dual_clip <= 1:
+        bad("rl.dual_clip", rl.dual_clip, "dual-clip constant must be > 1 (or 0 = off)", "e.g. 3.0 or 0")
+    if not rl.tis_cap > 0:
+        bad("rl.tis_cap", rl.tis_cap, "the importance-weight cap must be > 0", "e.g. 2.0 (or --config.rl.tis_mode=none)")
+    _one_of(bad, "rl.tis_mode", rl.tis_mode, ("cap", "mask", "literal", "none"))
+    _one_of(bad, "rl.adv_scale", rl.adv_scale, ("std", "none"))
+    _one_of(bad, "rl.adv_baseline", rl.adv_baseline, ("mean", "loo"))
+    _one_of(bad, "rl.agg", rl.agg, ("token_mean", "seq_mean_token_mean", "constant"))
+    _one_of(bad, "rl.kl_estimator", rl.kl_estimator, ("k1", "k2", "k3"))
+    if rl.kl_coef < 0:
+        bad("rl.kl_coef", rl.kl_coef, "must be >= 0", "0 turns the KL term off")
+    if rl.adv_eps <= 0:
+        bad("rl.adv_eps", rl.adv_eps, "must be > 0 (it guards the division by the group std)", "e.g. 1e-6")
+    _int_at_least(bad, "rl.epochs", rl.epochs, 1)
+    _int_at_least(bad, "rl.mini_batches", rl.mini_batches, 1)
+    _int_at_least(bad, "rl.micro_batches", rl.micro_batches, 1)
+    _int_at_least(bad, "rl.pack_len", rl.pack_len, 16)
+    _int_at_least(bad, "rl.logit_chunk", rl.logit_chunk, 0, "set --config.rl.logit_chunk=0 (whole rows) or e.g. 1024")
+    mnt = config.rollout.max_new_tokens
+    if isinstance(rl.pack_len, int) and isinstance(mnt, int) and rl.pack_len <= mnt:
+        bad("rl.pack_len", rl.pack_len, f"a packed row must hold at least one whole assistant turn "
+            f"(rollout.max_new_tokens={mnt}) plus its context; longer episodes are split at turn boundaries",
+            f"set --config.rl.pack_len well above {mnt} (e.g. rollout.max_len)")
+    _one_of(bad, "rl.dynamic_sampling", rl.dynamic_sampling, ("off", "skip", "oversample"))
+    _int_at_least(bad, "rl.max_oversample_rounds", rl.max_oversample_rounds, 0)
+    if rl.async_mode:
+        _int_at_least(bad, "rl.max_staleness", rl.max_staleness, 1,
+                      "async mode needs --config.rl.max_staleness >= 1 (batches in flight ahead of the learner)")
+    elif rl.max_staleness < 0:
+        bad("rl.max_staleness", rl.max_staleness, "must be >= 0", "e.g. 1")
+
+
+def _check_opt(config, bad):
+    o = config.opt
+    if not o.lr > 0:
+        bad("opt.lr", o.lr, "learning rate must be > 0", "e.g. 1e-6 for billion-parameter models")
+    _one_of(bad, "opt.schedule", o.schedule, ("constant", "cosine", "linear"))
+    _int_at_least(bad, "opt.warmup_steps", o.warmup_steps, 0)
+    for k in ("b1", "b2"):
+        v = o[k]
+        if not 0 <= v < 1:
+            bad(f"opt.{k}", v, "Adam beta must be in [0, 1)", "e.g. 0.9 / 0.999")
+    if o.weight_decay < 0:
+        bad("opt.weight_decay", o.weight_decay, "must be >= 0", "e.g. 0.0")
+    if o.grad_clip < 0:
+        bad("opt.grad_clip", o.grad_clip, "must be >= 0 (0 = off)", "e.g. 1.0")
+
+
+def _check_sft(config, bad):
+    s = config.sft
+    if not s.enabled:
+        return
+    _int_at_least(bad, "sft.steps", s.steps, 1)
+    _int_at_least(bad, "sft.batch_size", s.batch_size, 1)
+    if _int_at_least(bad, "sft.num_demos", s.num_demos, 1) and isinstance(s.batch_size, int):
+        if s.num_demos < s.batch_size:
+            bad("sft.num_demos", s.num_demos, f"fewer demonstrations than one batch ({s.batch_size})",
+                "raise --config.sft.num_demos or lower --config.sft.batch_size")
+    if not s.lr > 0:
+        bad("sft.lr", s.lr, "learning rate must be > 0", "e.g. 1e-3 for the tiny model")
+
+
+def _check_ckpt_eval_log(config, bad):
+    _int_at_least(bad, "ckpt.every_steps", config.ckpt.every_steps, 0)
+    _int_at_least(bad, "ckpt.keep", config.ckpt.keep, 1)
+    ev = config.eval
+    _int_at_least(bad, "eval.every_steps", ev.every_steps, 0)
+    _int_at_least(bad, "eval.num_tasks", ev.num_tasks, 1)
+    if _int_at_least(bad, "eval.k", ev.k, 1) and ev.k > 1 and ev.temperature == 0:
+        bad("eval.k", ev.k, "k > 1 attempts at temperature 0 are identical copies (Pass@k would equal Pass@1)",
+            "set --config.eval.temperature=0.7 or --config.eval.k=1")
+    if ev.temperature < 0:
+        bad("eval.temperature", ev.temperature, "must be >= 0", "0 = greedy")
+    _int_at_least(bad, "log.every_steps", config.log.every_steps, 1)
+    _one_of(bad, "log.progress_bar", config.log.progress_bar, ("auto", "on", "off"))
+    if config.log.peak_flops < 0:
+        bad("log.peak_flops", config.log.peak_flops, "must be >= 0", "0 = measure on CPU; else the chip's peak FLOP/s")

@@ -1,0 +1,38 @@
+"""AgentBench DBBench: loader, engines (SQLite, MariaDB), both protocols, scoring, generator.
+
+    from harness_jax.envs import dbbench
+    tasks = dbbench.load_tasks("standard.jsonl")
+    env = dbbench.DBBenchEnv(engine="sqlite", protocol="text")
+    question = env.reset(tasks[0])
+    res = env.step("Action: Operation\\n```sql\\nSELECT 1;\\n```")
+"""
+from harness_jax.envs.dbbench.data import (CATEGORIES, ENV_NAME, MUTATION_CATEGORIES,
+                                           SELECT_CATEGORIES, item_category, load_tasks,
+                                           make_task, read_items, tasks_from_items,
+                                           validate_item)
+from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, MariaDBEngine,
+                                              SQLiteEngine, TableSpec, mariadb_available,
+                                              make_engine)
+from harness_jax.envs.dbbench.env import DBBenchEnv, gold_hash, oracle_reply
+from harness_jax.envs.dbbench.generator import generate_item, generate_items
+from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, lenient_match, parse_text_action,
+                                               strict_match)
+
+
+def generate_tasks(n: int, seed: int = 0, split: str = "train", categories=None) -> list:
+    """``n`` generated items of stream ``seed`` as ``Task`` objects (see ``generator``)."""
+    if split == "test":
+        from harness_jax.envs import registry
+        registry.check_test_access("dbbench.generate_tasks(split='test')")
+    return tasks_from_items(generate_items(n, seed=seed, categories=categories), split=split,
+                            source="generated")
+
+
+__all__ = [
+    "CATEGORIES", "ENV_NAME", "MUTATION_CATEGORIES", "SELECT_CATEGORIES", "DBBenchEnv",
+    "Engine", "EngineUnavailable", "MariaDBEngine", "SQLiteEngine", "TableSpec", "TOOL_SPECS",
+    "generate_item", "generate_items", "generate_tasks", "gold_hash", "item_category",
+    "lenient_match", "load_tasks", "make_engine", "make_task", "mariadb_available",
+    "oracle_reply", "parse_text_action", "read_items", "strict_match", "tasks_from_items",
+    "validate_item",
+]

@@ -1,0 +1,14 @@
+"""Qwen3.5 text decoder (dense and MoE) in Flax NNX with Hugging Face parity.
+
+See docs/contracts.md for the interface other packages use.
+"""
+from . import kernels, presets
+from .cache import Qwen3_5Cache, init_cache, reset_cache_rows, shard_cache
+from .checkpoint import CheckpointError, load_hf, save_hf
+from .config import FULL, LINEAR, ConfigError, Qwen3_5Config
+from .model import Qwen3_5ForCausalLM
+
+__all__ = [
+    "Qwen3_5Config", "ConfigError", "CheckpointError", "Qwen3_5ForCausalLM", "Qwen3_5Cache",
+    "init_cache", "reset_cache_rows", "shard_cache", "load_hf", "save_hf", "presets", "kernels", "LINEAR", "FULL",
+]

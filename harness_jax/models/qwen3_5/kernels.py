@@ -1,0 +1,376 @@
+"""Pure-function kernels of the Qwen3.5 text decoder.
+
+Everything heavy lives here as plain functions on arrays so it can be tested against the
+`transformers` torch reference in isolation and reused by the modules, the cache path and the
+benchmarks. Shape letters used in names and einsums:
+
+  B batch, T query/new tokens, S key positions (cache length), D hidden, V vocab,
+  N query heads, K kv heads (attention) or key heads (GDN), G = N // K group size,
+  H head dim, C conv channels, W conv kernel width, L chunk length, M number of chunks,
+  A key dim of the delta-rule state, E value dim of the delta-rule state, X experts, I mlp width.
+
+Segments (packed sequences): ``segment_ids_BT`` marks which sequence each token belongs to;
+tokens attend only inside their segment, and the GDN conv / delta-rule state is reset where a
+new segment starts. ``seg_start_BT`` (bool) is True on the first token of every segment.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+F32 = jnp.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# norms
+# ---------------------------------------------------------------------------------------------
+def rms_norm(x, weight, eps: float):
+    """Zero-centred RMSNorm (Qwen3.5): ``x / rms(x) * (1 + w)``, computed in fp32."""
+    xf = x.astype(F32)
+    y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (y * (1.0 + weight.astype(F32))).astype(x.dtype)
+
+
+def gated_rms_norm(x, gate, weight, eps: float):
+    """RMSNorm with a plain (not zero-centred) weight, then times ``silu(gate)`` (GDN output)."""
+    xf = x.astype(F32)
+    y = xf * lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    y = weight * y.astype(x.dtype)
+    return (y.astype(F32) * jax.nn.silu(gate.astype(F32))).astype(x.dtype)
+
+
+def l2norm(x, eps: float = 1e-6):
+    """``x / sqrt(sum(x^2) + eps)`` over the last axis (the FLA / HF convention)."""
+    return x * lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# positions and segments
+# ---------------------------------------------------------------------------------------------
+def segment_starts(segment_ids_BT):
+    """True on the first token of each segment (and on token 0 of every row)."""
+    first_B1 = jnp.ones(segment_ids_BT.shape[:1] + (1,), bool)
+    return jnp.concatenate([first_B1, segment_ids_BT[:, 1:] != segment_ids_BT[:, :-1]], axis=1)
+
+
+def positions_from_segments(segment_ids_BT):
+    """Positions that restart at 0 at every segment start."""
+    T = segment_ids_BT.shape[1]
+    t_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), segment_ids_BT.shape)
+    start_BT = lax.cummax(jnp.where(segment_starts(segment_ids_BT), t_BT, 0), axis=1)
+    return t_BT - start_BT
+
+
+def rope_cos_sin(positions, rotary_dim: int, theta: float, mrope_section: Sequence[int] = (),
+                 mrope_interleaved: bool = True):
+    """cos/sin tables ``[B, T, rotary_dim]`` in the rotate-half layout.
+
+    ``positions`` is ``[B, T]`` (text: the same position on the temporal/height/width streams,
+    which makes multimodal RoPE collapse to plain RoPE) or ``[3, B, T]`` (one row per stream).
+    With three streams the frequency slots are assigned interleaved as in Qwen3.5
+    (slot i -> height if i % 3 == 1 and i < 3*sec[1], width if i % 3 == 2 and i < 3*sec[2],
+    temporal otherwise), or in contiguous sections when ``mrope_interleaved`` is False.
+    """
+    half = rotary_dim // 2
+    inv_freq_F = 1.0 / (theta ** (jnp.arange(0, rotary_dim, 2, dtype=F32) / rotary_dim))
+    pos = positions.astype(F32)
+    if pos.ndim == 2:
+        freqs_BTF = pos[..., None] * inv_freq_F
+    elif pos.ndim == 3 and pos.shape[0] == 3:
+        freqs_3BTF = pos[..., None] * inv_freq_F
+        slot = jnp.arange(half)
+        if mrope_interleaved:
+            stream = jnp.where((slot % 3 == 1) & (slot < 3 * mrope_section[1]), 1,
+                               jnp.where((slot % 3 == 2) & (slot < 3 * mrope_section[2]), 2, 0))
+        else:
+            bounds = jnp.cumsum(jnp.asarray(mrope_section))
+            stream = jnp.searchsorted(bounds, slot, side="right")
+            stream = jnp.minimum(stream, 2)
+        onehot_3F = jax.nn.one_hot(stream, 3, dtype=F32).T
+        freqs_BTF = jnp.einsum("sbtf,sf->btf", freqs_3BTF, onehot_3F)
+    else:
+        raise ValueError(f"positions: expected shape [B, T] or [3, B, T], got {positions.shape}")
+    emb_BTR = jnp.concatenate([freqs_BTF, freqs_BTF], axis=-1)
+    return jnp.cos(emb_BTR), jnp.sin(emb_BTR)
+
+
+def apply_partial_rope(x_BTNH, cos_BTR, sin_BTR):
+    """Rotate the first ``R`` dims of every head (rotate-half convention); pass the rest."""
+    R = cos_BTR.shape[-1]
+    x_rot, x_pass = x_BTNH[..., :R], x_BTNH[..., R:]
+    x1, x2 = x_rot[..., : R // 2], x_rot[..., R // 2:]
+    rotated = jnp.concatenate([-x2, x1], axis=-1)
+    cos = cos_BTR[:, :, None, :].astype(x_BTNH.dtype)
+    sin = sin_BTR[:, :, None, :].astype(x_BTNH.dtype)
+    return jnp.concatenate([x_rot * cos + rotated * sin, x_pass], axis=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention
+# ---------------------------------------------------------------------------------------------
+def gqa_attention(q_BTNH, k_BSKH, v_BSKH, mask_BTS, scale: float):
+    """Softmax attention with grouped kv heads; ``mask_BTS`` True where a query may attend.
+
+    Scores and softmax are fp32. Rows with no allowed key (only padding) give zeros.
+    """
+    B, T, N, H = q_BTNH.shape
+    K = k_BSKH.shape[2]
+    q_BTKGH = q_BTNH.reshape(B, T, K, N // K, H)
+    s_BKGTS = jnp.einsum("btkgh,bskh->bkgts", q_BTKGH, k_BSKH, preferred_element_type=F32) * scale
+    s_BKGTS = jnp.where(mask_BTS[:, None, None], s_BKGTS, -1e30)
+    p_BKGTS = jax.nn.softmax(s_BKGTS, axis=-1)
+    p_BKGTS = jnp.where(mask_BTS[:, None, None], p_BKGTS, 0.0).astype(v_BSKH.dtype)
+    o_BTKGH = jnp.einsum("bkgts,bskh->btkgh", p_BKGTS, v_BSKH)
+    return o_BTKGH.reshape(B, T, N, H)
+
+
+def causal_segment_mask(segment_ids_BT):
+    """``[B, T, T]`` mask: causal and inside the same segment."""
+    T = segment_ids_BT.shape[1]
+    causal_TT = jnp.tril(jnp.ones((T, T), bool))
+    same_BTT = segment_ids_BT[:, :, None] == segment_ids_BT[:, None, :]
+    return causal_TT[None] & same_BTT
+
+
+# ---------------------------------------------------------------------------------------------
+# depthwise causal conv1d (GDN)
+# ---------------------------------------------------------------------------------------------
+def causal_conv1d(x_BTC, w_CW, seg_start_BT=None, state_BCW=None):
+    """Depthwise causal conv with SiLU: ``y_t = silu(sum_j w[:, j] * x_{t-W+1+j})``.
+
+    ``state_BCW`` (W-1 previous inputs, oldest first) continues a sequence; without it the past
+    is zeros. With ``seg_start_BT`` inputs from an earlier segment (or the state, once a new
+    segment started in this call) are masked out, so packed rows equal separate forwards.
+    Computed as W shifted multiply-adds (W is 4): cheaper than a general conv on every backend.
+    """
+    B, T, C = x_BTC.shape
+    W = w_CW.shape[-1]
+    if state_BCW is None:
+        past_BPC = jnp.zeros((B, W - 1, C), x_BTC.dtype)
+    else:
+        past_BPC = jnp.swapaxes(state_BCW, 1, 2).astype(x_BTC.dtype)
+    xx_BPC = jnp.concatenate([past_BPC, x_BTC], axis=1)  # P = W - 1 + T
+    if seg_start_BT is not None:
+        # segment index of every token (state positions belong to "segment 0" = the past)
+        seg_BT = jnp.cumsum(seg_start_BT.astype(jnp.int32), axis=1)
+        if state_BCW is None:
+            seg_BT = seg_BT - 1  # token 0 always starts a segment; nothing to continue
+        seg_BP = jnp.concatenate([jnp.zeros((B, W - 1), jnp.int32), seg_BT], axis=1)
+    acc_BTC = jnp.zeros((B, T, C), F32)
+    for j in range(W):
+        lag = W - 1 - j
+        tap_BTC = lax.dynamic_slice_in_dim(xx_BPC, j, T, axis=1)
+        if seg_start_BT is not None and lag > 0:
+            keep_BT = lax.dynamic_slice_in_dim(seg_BP, j, T, axis=1) == seg_BT
+            tap_BTC = jnp.where(keep_BT[..., None], tap_BTC, 0)
+        acc_BTC = acc_BTC + tap_BTC.astype(F32) * w_CW[:, j].astype(F32)
+    return jax.nn.silu(acc_BTC).astype(x_BTC.dtype)
+
+
+def conv_state_after(x_BTC, state_BCW, num_new_B):
+    """The conv state after appending ``num_new_B[b]`` (right-padded) tokens to each row."""
+    Wm1 = state_BCW.shape[-1]
+    xx_BCP = jnp.concatenate([state_BCW, jnp.swapaxes(x_BTC, 1, 2).astype(state_BCW.dtype)], axis=2)
+    idx_BW = num_new_B[:, None] + jnp.arange(Wm1)[None, :]
+    return jnp.take_along_axis(xx_BCP, idx_BW[:, None, :], axis=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# gated delta rule
+# ---------------------------------------------------------------------------------------------
+def _expand_kv_heads(x_BTKA, num_v_heads: int):
+    K = x_BTKA.shape[2]
+    return x_BTKA if K == num_v_heads else jnp.repeat(x_BTKA, num_v_heads // K, axis=2)
+
+
+def recurrent_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None,
+                               seg_start_BT=None, use_qk_l2norm: bool = True):
+    """Token-by-token gated delta rule (the reference recurrence; used for decode).
+
+    ``S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t / sqrt(A)``.
+    Returns ``(o_BTNE in q's dtype, final state fp32)``.
+    """
+    B, T, _, A = q_BTKA.shape
+    N, E = v_BTNE.shape[2:]
+    dtype = q_BTKA.dtype
+    q, k = (_expand_kv_heads(x, N).astype(F32) for x in (q_BTKA, k_BTKA))
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q = q * (A ** -0.5)
+    v, g, beta = v_BTNE.astype(F32), g_BTN.astype(F32), beta_BTN.astype(F32)
+    if seg_start_BT is None:
+        keep_BT = jnp.ones((B, T), F32)
+    else:
+        keep_BT = 1.0 - seg_start_BT.astype(F32)
+        if state_BNAE is None:
+            keep_BT = keep_BT  # token 0 with a zero state: nothing to drop
+    S0 = jnp.zeros((B, N, A, E), F32) if state_BNAE is None else state_BNAE.astype(F32)
+
+    def step(S_BNAE, inp):
+        q_t, k_t, v_t, g_t, b_t, keep_t = inp
+        S_BNAE = S_BNAE * (jnp.exp(g_t) * keep_t[:, None])[..., None, None]
+        kv_BNE = jnp.einsum("bnae,bna->bne", S_BNAE, k_t)
+        u_BNE = (v_t - kv_BNE) * b_t[..., None]
+        S_BNAE = S_BNAE + jnp.einsum("bna,bne->bnae", k_t, u_BNE)
+        o_BNE = jnp.einsum("bnae,bna->bne", S_BNAE, q_t)
+        return S_BNAE, o_BNE
+
+    xs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, g, beta, keep_BT))
+    S, o_TBNE = lax.scan(step, S0, xs)
+    return jnp.moveaxis(o_TBNE, 0, 1).astype(dtype), S
+
+
+def unit_lower_inverse(a_XLL):
+    """Inverse of unit lower-triangular matrices by doubling: with ``A = I + N`` (N strictly
+    lower, so N^L = 0), ``A^-1 = (I - N)(I + N^2)(I + N^4)...``: ceil(log2 L) batched matmuls.
+
+    Used instead of a triangular-solve custom call: it is matmul-only (MXU-friendly, partitions
+    trivially over batch axes) and avoids the LAPACK call that stalls under 8 fake CPU devices.
+    """
+    L = a_XLL.shape[-1]
+    eye = jnp.eye(L, dtype=a_XLL.dtype)
+    n_XLL = a_XLL - eye
+    inv_XLL = eye - n_XLL
+    p_XLL = n_XLL
+    k = 2
+    while k < L:
+        p_XLL = jnp.einsum("...ij,...jk->...ik", p_XLL, p_XLL, precision=lax.Precision.HIGHEST)
+        inv_XLL = jnp.einsum("...ij,...jk->...ik", inv_XLL, eye + p_XLL, precision=lax.Precision.HIGHEST)
+        k *= 2
+    return inv_XLL
+
+
+def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None,
+                           seg_start_BT=None, chunk_size: int = 64, use_qk_l2norm: bool = True):
+    """Chunked (WY / UT-transform) gated delta rule; exact, O(T) in sequence length.
+
+    Within a chunk of L tokens with cumulative log-decay c_t, the per-token updates
+    ``u = (I + tril(beta k k^T * exp(c_t - c_s), -1))^-1 (beta v - beta exp(c) k S0)`` are
+    solved in one triangular solve; a ``lax.scan`` over chunks carries the state
+    ``S <- exp(c_L) S0 + sum_s exp(c_L - c_s) k_s u_s^T``. Segment starts cut every term that
+    would cross a boundary (intra-chunk pairs, the incoming state, the outgoing state), which is
+    the same as resetting the state to zero there. Returns ``(o_BTNE, final state fp32)``.
+    """
+    B, T, _, A = q_BTKA.shape
+    N, E = v_BTNE.shape[2:]
+    dtype = q_BTKA.dtype
+    L = int(min(chunk_size, T)) if T > 0 else 1
+    pad = (-T) % L
+    M = (T + pad) // L
+    q, k = (_expand_kv_heads(x, N).astype(F32) for x in (q_BTKA, k_BTKA))
+    if use_qk_l2norm:
+        q, k = l2norm(q), l2norm(k)
+    q = q * (A ** -0.5)
+    v, g, beta = v_BTNE.astype(F32), g_BTN.astype(F32), beta_BTN.astype(F32)
+    starts = jnp.zeros((B, T), bool) if seg_start_BT is None else seg_start_BT
+    if state_BNAE is None:  # token 0 "starts" with a zero state either way
+        starts = starts.at[:, 0].set(False)
+
+    def chunks(x, fill=0.0):  # [B, T, ...] -> [B, M, L, ...]
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2), constant_values=fill)
+        return x.reshape((B, M, L) + x.shape[2:])
+
+    q_BMLNA, k_BMLNA, v_BMLNE = chunks(q), chunks(k), chunks(v)
+    g_BMLN, beta_BMLN = chunks(g), chunks(beta)
+    r_BML = jnp.cumsum(chunks(starts.astype(jnp.int32)), axis=2)  # resets seen so far in chunk
+    c_BMLN = jnp.cumsum(g_BMLN, axis=2)
+
+    tril_LL = jnp.tril(jnp.ones((L, L), bool))
+    same_BMLL = r_BML[..., :, None] == r_BML[..., None, :]
+    pair_BMLL = tril_LL & same_BMLL
+    diff_BMNLL = jnp.moveaxis(c_BMLN, 3, 2)[..., :, None] - jnp.moveaxis(c_BMLN, 3, 2)[..., None, :]
+    decay_BMNLL = jnp.where(pair_BMLL[:, :, None], jnp.exp(jnp.where(pair_BMLL[:, :, None], diff_BMNLL, 0.0)), 0.0)
+
+    kb_BMLNA = k_BMLNA * beta_BMLN[..., None]
+    vb_BMLNE = v_BMLNE * beta_BMLN[..., None]
+    kk_BMNLL = jnp.einsum("bmlna,bmsna->bmnls", kb_BMLNA, k_BMLNA)
+    strict_LL = jnp.tril(jnp.ones((L, L), bool), -1)
+    a_BMNLL = jnp.where(strict_LL, kk_BMNLL * decay_BMNLL, 0.0) + jnp.eye(L, dtype=F32)
+
+    in_ok_BML = r_BML == 0  # token still sees the state that entered the chunk
+    in_decay_BMLN = jnp.where(in_ok_BML[..., None], jnp.exp(c_BMLN), 0.0)
+    rhs_BMNLX = jnp.concatenate([
+        jnp.moveaxis(vb_BMLNE, 3, 2),
+        jnp.moveaxis(kb_BMLNA * in_decay_BMLN[..., None], 3, 2)], axis=-1)
+    sol_BMNLX = jnp.einsum("bmnls,bmnsx->bmnlx", unit_lower_inverse(a_BMNLL), rhs_BMNLX)
+    newv_BMNLE, kcum_BMNLA = sol_BMNLX[..., :E], sol_BMNLX[..., E:]
+
+    qk_BMNLL = jnp.einsum("bmlna,bmsna->bmnls", q_BMLNA, k_BMLNA) * decay_BMNLL
+    q_in_BMNLA = jnp.moveaxis(q_BMLNA * in_decay_BMLN[..., None], 3, 2)
+    last_c_BMN = c_BMLN[:, :, -1]
+    out_ok_BML = r_BML == r_BML[:, :, -1:]
+    out_decay_BMLN = jnp.where(out_ok_BML[..., None],
+                               jnp.exp(jnp.where(out_ok_BML[..., None], last_c_BMN[:, :, None] - c_BMLN, 0.0)), 0.0)
+    k_out_BMNLA = jnp.moveaxis(k_BMLNA * out_decay_BMLN[..., None], 3, 2)
+    chunk_decay_BMN = jnp.where(r_BML[:, :, -1:] == 0, jnp.exp(last_c_BMN), 0.0)
+
+    S0 = jnp.zeros((B, N, A, E), F32) if state_BNAE is None else state_BNAE.astype(F32)
+
+    def step(S_BNAE, inp):
+        newv, kcum, qk, q_in, k_out, cdec = inp
+        u_BNLE = newv - jnp.einsum("bnla,bnae->bnle", kcum, S_BNAE)
+        o_BNLE = jnp.einsum("bnla,bnae->bnle", q_in, S_BNAE) + jnp.einsum("bnls,bnse->bnle", qk, u_BNLE)
+        S_BNAE = S_BNAE * cdec[..., None, None] + jnp.einsum("bnla,bnle->bnae", k_out, u_BNLE)
+        return S_BNAE, o_BNLE
+
+    xs = tuple(jnp.moveaxis(x, 1, 0) for x in
+               (newv_BMNLE, kcum_BMNLA, qk_BMNLL, q_in_BMNLA, k_out_BMNLA, chunk_decay_BMN))
+    S, o_MBNLE = lax.scan(step, S0, xs)
+    o_BTNE = jnp.moveaxis(o_MBNLE, 0, 1)          # [B, M, N, L, E]
+    o_BTNE = jnp.moveaxis(o_BTNE, 2, 3).reshape(B, M * L, N, E)[:, :T]
+    return o_BTNE.astype(dtype), S
+
+
+# ---------------------------------------------------------------------------------------------
+# MLP / MoE
+# ---------------------------------------------------------------------------------------------
+def swiglu(x_BTD, gate_ID, up_ID, down_DI):
+    """``down(silu(gate(x)) * up(x))`` with HF ``[out, in]`` weights."""
+    h = jax.nn.silu(jnp.einsum("btd,id->bti", x_BTD, gate_ID)) * jnp.einsum("btd,id->bti", x_BTD, up_ID)
+    return jnp.einsum("bti,di->btd", h, down_DI)
+
+
+def route_topk(x_SD, router_XD, top_k: int, renormalize: bool = True):
+    """Softmax router in fp32, top-k experts per token, optional renormalisation."""
+    logits_SX = jnp.einsum("sd,xd->sx", x_SD, router_XD)
+    probs_SX = jax.nn.softmax(logits_SX.astype(F32), axis=-1)
+    w_SK, idx_SK = lax.top_k(probs_SX, top_k)
+    if renormalize:
+        w_SK = w_SK / jnp.sum(w_SK, axis=-1, keepdims=True)
+    return logits_SX, w_SK.astype(x_SD.dtype), idx_SK
+
+
+def moe_experts(x_SD, w_SK, idx_SK, gate_up_XFD, down_XDI, impl: str = "sorted"):
+    """Apply the selected experts (fused ``gate_up [X, 2I, D]``, ``down [X, D, I]``) and combine.
+
+    ``impl="sorted"``: tokens are sorted by expert and run through ``lax.ragged_dot`` (compute
+    proportional to top_k; exact). ``impl="dense"``: every expert on every token, weighted by a
+    sparse combine matrix (X/top_k times the FLOPs; simplest to shard over an expert axis).
+    """
+    S, D = x_SD.shape
+    X, F2, _ = gate_up_XFD.shape
+    I = F2 // 2
+    Kk = idx_SK.shape[1]
+    if impl == "dense":
+        comb_SX = jnp.einsum("sk,skx->sx", w_SK.astype(F32), jax.nn.one_hot(idx_SK, X, dtype=F32))
+        h_SXF = jnp.einsum("sd,xfd->sxf", x_SD, gate_up_XFD)
+        a_SXI = jax.nn.silu(h_SXF[..., :I]) * h_SXF[..., I:]
+        y_SXD = jnp.einsum("sxi,xdi->sxd", a_SXI, down_XDI)
+        return jnp.einsum("sxd,sx->sd", y_SXD.astype(F32), comb_SX).astype(x_SD.dtype)
+    if impl != "sorted":
+        raise ValueError(f"moe impl {impl!r}: use 'sorted' or 'dense'")
+    flat_idx_R = idx_SK.reshape(-1)                       # R = S * top_k routed rows
+    order_R = jnp.argsort(flat_idx_R, stable=True)
+    tok_R = order_R // Kk
+    xs_RD = x_SD[tok_R]
+    sizes_X = jnp.bincount(flat_idx_R, length=X).astype(jnp.int32)
+    h_RF = lax.ragged_dot(xs_RD, jnp.swapaxes(gate_up_XFD, 1, 2), sizes_X)
+    a_RI = jax.nn.silu(h_RF[:, :I]) * h_RF[:, I:]
+    y_RD = lax.ragged_dot(a_RI, jnp.swapaxes(down_XDI, 1, 2), sizes_X)
+    wr_R = w_SK.reshape(-1)[order_R]
+    y_RD = y_RD.astype(F32) * wr_R[:, None].astype(F32)
+    out_SD = jnp.zeros((S, D), F32).at[tok_R].add(y_RD)
+    return out_SD.astype(x_SD.dtype)

@@ -1,0 +1,537 @@
+"""Qwen3.5 text decoder (dense and MoE) as thin Flax NNX modules over ``kernels``.
+
+Parameter paths and layouts mirror Hugging Face (``model.layers[i].linear_attn.in_proj_qkv.weight``
+holds ``[out, in]``), so the checkpoint mapping is nearly the identity. Every parameter carries
+logical axis names in its ``out_sharding`` metadata (see ``harness_jax/sharding.py``).
+
+With ``cfg.scan_layers`` the decoder is stored as ``model.cycles[j]``: one module per position j
+of the repeated layer cycle (e.g. 3 linear + 1 full), each holding parameters stacked over the
+cycle repetitions on a leading ``layers`` axis, and the forward is a ``lax.scan`` over cycles,
+so compile time does not grow with depth.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from flax import struct
+
+from . import kernels as K
+from .cache import Qwen3_5Cache
+from .config import FULL, LINEAR, Qwen3_5Config
+
+Array = jax.Array
+
+
+def _param(value, axes):
+    return nnx.Param(value, out_sharding=tuple(axes), eager_sharding=False)
+
+
+def _normal(rngs, shape, std, dtype):
+    return (std * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# leaf modules
+# ---------------------------------------------------------------------------------------------
+class Linear(nnx.Module):
+    """``y = x W^T (+ b)`` with the HF ``[out, in]`` weight layout."""
+
+    def __init__(self, in_features, out_features, axes, *, rngs, std, dtype, param_dtype, bias=False):
+        self.weight = _param(_normal(rngs, (out_features, in_features), std, param_dtype), axes)
+        self.bias = _param(jnp.zeros((out_features,), param_dtype), axes[:1]) if bias else None
+        self.dtype = dtype
+
+    def __call__(self, x):
+        y = jnp.einsum("...d,fd->...f", x.astype(self.dtype), self.weight[...].astype(self.dtype))
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+class RMSNorm(nnx.Module):
+    """Zero-centred RMSNorm (``(1 + w)``; HF initialises ``w`` to zeros)."""
+
+    def __init__(self, dim, eps, *, param_dtype, axes=("norm",)):
+        self.weight = _param(jnp.zeros((dim,), param_dtype), axes)
+        self.eps = eps
+
+    def __call__(self, x):
+        return K.rms_norm(x, self.weight[...], self.eps)
+
+
+class GatedRMSNorm(nnx.Module):
+    """Plain-weight RMSNorm times ``silu(gate)`` on the Gated DeltaNet output."""
+
+    def __init__(self, dim, eps, *, param_dtype):
+        self.weight = _param(jnp.ones((dim,), param_dtype), ("norm",))
+        self.eps = eps
+
+    def __call__(self, x, gate):
+        return K.gated_rms_norm(x, gate, self.weight[...].astype(x.dtype), self.eps)
+
+
+class Conv1dWeight(nnx.Module):
+    """Depthwise conv kernel, HF layout ``[C, 1, W]`` (applied by ``kernels.causal_conv1d``)."""
+
+    def __init__(self, channels, width, *, rngs, std, param_dtype):
+        self.weight = _param(_normal(rngs, (channels, 1, width), std, param_dtype), ("linear_conv", None, None))
+
+
+class Embed(nnx.Module):
+    def __init__(self, vocab, dim, *, rngs, std, dtype, param_dtype):
+        self.weight = _param(_normal(rngs, (vocab, dim), std, param_dtype), ("vocab", "embed"))
+        self.dtype = dtype
+
+    def __call__(self, ids_BT):
+        return jnp.take(self.weight[...], ids_BT, axis=0).astype(self.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-call context shared by every layer
+# ---------------------------------------------------------------------------------------------
+@struct.dataclass
+class LayerCtx:
+    """Arrays every layer needs for one call; built once per forward by the model."""
+    cos_BTR: Array
+    sin_BTR: Array
+    seg_start_BT: Optional[Array] = None     # packed forward: GDN resets
+    attn_mask_BTS: Optional[Array] = None    # query/key mask (S = T without cache, max_len with)
+    write_pos_BT: Optional[Array] = None     # cache path: slot of each new token (>= max_len: drop)
+    valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
+    num_new_B: Optional[Array] = None
+    decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
+
+
+# ---------------------------------------------------------------------------------------------
+# mixers
+# ---------------------------------------------------------------------------------------------
+class GatedDeltaNet(nnx.Module):
+    """Linear-attention mixer: fused qkv -> causal conv -> gated delta rule -> gated norm."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
+        D, std = cfg.hidden_size, cfg.initializer_range
+        kw = dict(rngs=rngs, std=std, dtype=dtype, param_dtype=param_dtype)
+        self.cfg = cfg
+        self.dtype = dtype
+        C, W, N = cfg.linear_conv_dim, cfg.linear_conv_kernel_dim, cfg.linear_num_value_heads
+        self.conv1d = Conv1dWeight(C, W, rngs=rngs, std=std, param_dtype=param_dtype)
+        self.dt_bias = _param(jnp.ones((N,), param_dtype), ("linear_heads",))
+        A = jax.random.uniform(rngs.params(), (N,), jnp.float32, 0.01, 16.0)
+        self.A_log = _param(jnp.log(A).astype(param_dtype), ("linear_heads",))
+        self.norm = GatedRMSNorm(cfg.linear_value_head_dim, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.out_proj = Linear(cfg.linear_value_dim, D, ("linear_v", "embed"), **kw)
+        self.in_proj_qkv = Linear(D, C, ("linear_conv", "embed"), **kw)
+        self.in_proj_z = Linear(D, cfg.linear_value_dim, ("linear_v", "embed"), **kw)
+        self.in_proj_b = Linear(D, N, ("linear_heads", "embed"), **kw)
+        self.in_proj_a = Linear(D, N, ("linear_heads", "embed"), **kw)
+
+    def __call__(self, x_BTD, ctx: LayerCtx, cache=None):
+        cfg = self.cfg
+        B, T, _ = x_BTD.shape
+        Kh, A = cfg.linear_num_key_heads, cfg.linear_key_head_dim
+        N, E = cfg.linear_num_value_heads, cfg.linear_value_head_dim
+        qkv_BTC = self.in_proj_qkv(x_BTD)
+        z_BTNE = self.in_proj_z(x_BTD).reshape(B, T, N, E)
+        b_BTN = self.in_proj_b(x_BTD)
+        a_BTN = self.in_proj_a(x_BTD)
+        w_CW = self.conv1d.weight[...][:, 0, :].astype(self.dtype)
+        conv_state, rec_state = (None, None) if cache is None else cache
+        y_BTC = K.causal_conv1d(qkv_BTC, w_CW, seg_start_BT=ctx.seg_start_BT, state_BCW=conv_state)
+        kd = cfg.linear_key_dim
+        q_BTKA = y_BTC[..., :kd].reshape(B, T, Kh, A)
+        k_BTKA = y_BTC[..., kd:2 * kd].reshape(B, T, Kh, A)
+        v_BTNE = y_BTC[..., 2 * kd:].reshape(B, T, N, E)
+        beta_BTN = jax.nn.sigmoid(b_BTN.astype(jnp.float32))
+        g_BTN = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(
+            a_BTN.astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32))
+        if ctx.valid_BT is not None:  # right-padding of a ragged extend: leave the state alone
+            beta_BTN = jnp.where(ctx.valid_BT[..., None], beta_BTN, 0.0)
+            g_BTN = jnp.where(ctx.valid_BT[..., None], g_BTN, 0.0)
+        if ctx.decode:
+            o_BTNE, new_state = K.recurrent_gated_delta_rule(
+                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state, seg_start_BT=ctx.seg_start_BT)
+        else:
+            o_BTNE, new_state = K.chunk_gated_delta_rule(
+                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state,
+                seg_start_BT=ctx.seg_start_BT, chunk_size=cfg.gdn_chunk_size)
+        o_BTNE = self.norm(o_BTNE.astype(self.dtype), z_BTNE)
+        out_BTD = self.out_proj(o_BTNE.reshape(B, T, N * E))
+        if cache is None:
+            return out_BTD, None
+        new_conv = K.conv_state_after(qkv_BTC, conv_state, ctx.num_new_B)
+        return out_BTD, (new_conv.astype(conv_state.dtype), new_state.astype(rec_state.dtype))
+
+
+class Attention(nnx.Module):
+    """Gated full attention: q doubled for a sigmoid output gate, QK-norm, GQA, partial RoPE."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
+        D, Nh, Kv, H = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        kw = dict(rngs=rngs, std=cfg.initializer_range, dtype=dtype, param_dtype=param_dtype,
+                  bias=cfg.attention_bias)
+        self.cfg = cfg
+        self.dtype = dtype
+        self.q_proj = Linear(D, Nh * H * 2, ("q_heads", "embed"), **kw)
+        self.k_proj = Linear(D, Kv * H, ("kv_heads", "embed"), **kw)
+        self.v_proj = Linear(D, Kv * H, ("kv_heads", "embed"), **kw)
+        self.o_proj = Linear(Nh * H, D, ("embed", "q_heads"), **kw)
+        self.q_norm = RMSNorm(H, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.k_norm = RMSNorm(H, cfg.rms_norm_eps, param_dtype=param_dtype)
+
+    def __call__(self, x_BTD, ctx: LayerCtx, cache=None):
+        cfg = self.cfg
+        B, T, _ = x_BTD.shape
+        Nh, Kv, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        qg_BTN2H = self.q_proj(x_BTD).reshape(B, T, Nh, 2 * H)
+        q_BTNH, gate_BTNH = qg_BTN2H[..., :H], qg_BTN2H[..., H:]
+        q_BTNH = self.q_norm(q_BTNH)
+        k_BTKH = self.k_norm(self.k_proj(x_BTD).reshape(B, T, Kv, H))
+        v_BTKH = self.v_proj(x_BTD).reshape(B, T, Kv, H)
+        q_BTNH = K.apply_partial_rope(q_BTNH, ctx.cos_BTR, ctx.sin_BTR)
+        k_BTKH = K.apply_partial_rope(k_BTKH, ctx.cos_BTR, ctx.sin_BTR)
+        new_cache = None
+        if cache is None:
+            k_BSKH, v_BSKH = k_BTKH, v_BTKH
+        else:
+            k_cache, v_cache = cache
+            b_BT = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
+            k_BSKH = k_cache.at[b_BT, ctx.write_pos_BT].set(k_BTKH.astype(k_cache.dtype), mode="drop")
+            v_BSKH = v_cache.at[b_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_cache.dtype), mode="drop")
+            new_cache = (k_BSKH, v_BSKH)
+            k_BSKH, v_BSKH = k_BSKH.astype(self.dtype), v_BSKH.astype(self.dtype)
+        o_BTNH = K.gqa_attention(q_BTNH, k_BSKH, v_BSKH, ctx.attn_mask_BTS, H ** -0.5)
+        o_BTF = o_BTNH.reshape(B, T, Nh * H) * jax.nn.sigmoid(gate_BTNH.reshape(B, T, Nh * H))
+        return self.o_proj(o_BTF), new_cache
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: Qwen3_5Config, width: int, *, rngs, dtype, param_dtype, axes=("mlp", "embed")):
+        kw = dict(rngs=rngs, std=cfg.initializer_range, dtype=dtype, param_dtype=param_dtype)
+        D = cfg.hidden_size
+        self.gate_proj = Linear(D, width, axes, **kw)
+        self.up_proj = Linear(D, width, axes, **kw)
+        self.down_proj = Linear(width, D, axes[::-1], **kw)
+
+    def __call__(self, x_BTD):
+        return self.down_proj(jax.nn.silu(self.gate_proj(x_BTD)) * self.up_proj(x_BTD))
+
+
+class Experts(nnx.Module):
+    """Routed experts, fused as in HF's in-memory layout: gate_up ``[X, 2I, D]``, down ``[X, D, I]``."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
+        X, I, D, std = cfg.num_experts, cfg.moe_intermediate_size, cfg.hidden_size, cfg.initializer_range
+        self.gate_up_proj = _param(_normal(rngs, (X, 2 * I, D), std, param_dtype), ("experts", "expert_mlp", "embed"))
+        self.down_proj = _param(_normal(rngs, (X, D, I), std, param_dtype), ("experts", "embed", "expert_mlp"))
+
+
+class Router(nnx.Module):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, param_dtype):
+        self.weight = _param(_normal(rngs, (cfg.num_experts, cfg.hidden_size), cfg.initializer_range, param_dtype),
+                             ("experts", "embed"))
+
+
+class SparseMoeBlock(nnx.Module):
+    """Top-k routed experts plus a sigmoid-gated shared expert (Qwen3.5-MoE)."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, impl: str = "sorted"):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.impl = impl
+        self.gate = Router(cfg, rngs=rngs, param_dtype=param_dtype)
+        self.experts = Experts(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.shared_expert = MLP(cfg, cfg.shared_expert_intermediate_size, rngs=rngs, dtype=dtype,
+                                 param_dtype=param_dtype)
+        self.shared_expert_gate = Linear(cfg.hidden_size, 1, (None, "embed"), rngs=rngs,
+                                         std=cfg.initializer_range, dtype=dtype, param_dtype=param_dtype)
+
+    def __call__(self, x_BTD):
+        B, T, D = x_BTD.shape
+        x_SD = x_BTD.reshape(B * T, D).astype(self.dtype)
+        _, w_SK, idx_SK = K.route_topk(x_SD, self.gate.weight[...].astype(self.dtype),
+                                       self.cfg.num_experts_per_tok, self.cfg.norm_topk_prob)
+        routed_SD = K.moe_experts(x_SD, w_SK, idx_SK, self.experts.gate_up_proj[...].astype(self.dtype),
+                                  self.experts.down_proj[...].astype(self.dtype), impl=self.impl)
+        shared_SD = jax.nn.sigmoid(self.shared_expert_gate(x_SD)) * self.shared_expert(x_SD)
+        return (routed_SD + shared_SD).reshape(B, T, D)
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: Qwen3_5Config, layer_type: str, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
+        self.layer_type = layer_type
+        if layer_type == LINEAR:
+            self.linear_attn = GatedDeltaNet(cfg, **kw)
+        else:
+            self.self_attn = Attention(cfg, **kw)
+        if cfg.is_moe:
+            self.mlp = SparseMoeBlock(cfg, impl=moe_impl, **kw)
+        else:
+            self.mlp = MLP(cfg, cfg.intermediate_size, **kw)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
+
+    def __call__(self, x_BTD, ctx: LayerCtx, cache=None):
+        mixer = self.linear_attn if self.layer_type == LINEAR else self.self_attn
+        h_BTD, new_cache = mixer(self.input_layernorm(x_BTD), ctx, cache)
+        x_BTD = x_BTD + h_BTD
+        x_BTD = x_BTD + self.mlp(self.post_attention_layernorm(x_BTD))
+        return x_BTD, new_cache
+
+
+# ---------------------------------------------------------------------------------------------
+# layer-cycle helpers
+# ---------------------------------------------------------------------------------------------
+def layer_cycle(layer_types) -> int:
+    """Length of the shortest cycle that tiles ``layer_types`` exactly."""
+    n = len(layer_types)
+    for p in range(1, n + 1):
+        if n % p == 0 and tuple(layer_types[:p]) * (n // p) == tuple(layer_types):
+            return p
+    return n
+
+
+_REMAT_POLICIES = {
+    "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
+
+
+def _run_layer(graphdef, state, x_BTD, ctx, cache):
+    layer = nnx.merge(graphdef, state)
+    return layer(x_BTD, ctx, cache)
+
+
+class TextModel(nnx.Module):
+    """``model.*`` of HF: embeddings, decoder layers, final norm."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+        self.cfg = cfg
+        self.dtype = dtype
+        self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, std=cfg.initializer_range,
+                                  dtype=dtype, param_dtype=param_dtype)
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        if cfg.scan_layers:
+            p = layer_cycle(cfg.layer_types)
+            n_cycles = cfg.num_hidden_layers // p
+            cycles = []
+            for j in range(p):
+                mods = [DecoderLayer(cfg, cfg.layer_types[j], **kw) for _ in range(n_cycles)]
+                gd, _ = nnx.split(mods[0])
+                stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.split(m)[1] for m in mods])
+                for _, var in nnx.to_flat_state(stacked):
+                    var.set_metadata(out_sharding=("layers",) + tuple(var.get_metadata()["out_sharding"]))
+                cycles.append(nnx.merge(gd, stacked))
+            self.cycles = nnx.List(cycles)
+        else:
+            self.layers = nnx.List([DecoderLayer(cfg, t, **kw) for t in cfg.layer_types])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
+        self.mesh = None   # set by set_mesh: activations are pinned to batch sharding per block
+        self.rules = None
+
+    def constrain(self, x):
+        """Pin a ``[B, ...]`` activation to the batch sharding of the mesh (block boundaries only).
+
+        Without it GSPMD may shard activations along the hidden dim and partition the GDN scan
+        with collectives inside every chunk step; with it weights are all-gathered (FSDP) and the
+        mixers run locally per batch shard.
+        """
+        if self.mesh is None:
+            return x
+        from harness_jax import sharding as shd
+        spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
+        return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
+
+    # -------------------------------------------------------------------------------------
+    def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
+        """Run all decoder layers (unrolled or scanned, with optional remat)."""
+        cfg = self.cfg
+        run = _run_layer
+        if cfg.remat != "none":
+            run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=_REMAT_POLICIES[cfg.remat])
+        slots = _slots(cfg.layer_types)
+        if not cfg.scan_layers:
+            new = None if cache is None else {"attn": [], "lin": []}
+            for i, layer in enumerate(self.layers):
+                t = cfg.layer_types[i]
+                lc = None if cache is None else _layer_cache(cache, t, slots[i])
+                gd, st = nnx.split(layer)
+                x_BTD, nc = run(gd, st, self.constrain(x_BTD), ctx, lc)
+                if cache is not None:
+                    new["attn" if t == FULL else "lin"].append(nc)
+            return x_BTD, (None if cache is None else _rebuild_cache(cache, new))
+        p = len(self.cycles)
+        types = cfg.layer_types[:p]
+        n_cycles = cfg.num_hidden_layers // p
+        n_full_c = sum(t == FULL for t in types)
+        n_lin_c = p - n_full_c
+        gds, sts = zip(*(nnx.split(m) for m in self.cycles))
+        cache_xs = None
+        if cache is not None:
+            def cyc(a, per):  # [n_layers_of_type, ...] -> [n_cycles, per, ...]
+                return a.reshape((n_cycles, per) + a.shape[1:])
+            cache_xs = (cyc(cache.k_LBSKH, n_full_c), cyc(cache.v_LBSKH, n_full_c),
+                        cyc(cache.conv_LBCW, n_lin_c), cyc(cache.state_LBNAE, n_lin_c))
+
+        def body(x_BTD, xs):
+            states, cxs = xs
+            fi = li = 0
+            outs = ([], [], [], [])
+            for j in range(p):
+                if cxs is None:
+                    lc = None
+                elif types[j] == FULL:
+                    lc = (cxs[0][fi], cxs[1][fi])
+                else:
+                    lc = (cxs[2][li], cxs[3][li])
+                x_BTD, nc = run(gds[j], states[j], self.constrain(x_BTD), ctx, lc)
+                if cxs is not None:
+                    if types[j] == FULL:
+                        outs[0].append(nc[0]); outs[1].append(nc[1]); fi += 1
+                    else:
+                        outs[2].append(nc[0]); outs[3].append(nc[1]); li += 1
+            if cxs is None:
+                return x_BTD, None
+            ys = tuple(jnp.stack(o) if o else c for o, c in zip(outs, cxs))
+            return x_BTD, ys
+
+        x_BTD, ys = jax.lax.scan(body, x_BTD, (tuple(sts), cache_xs))
+        if cache is None:
+            return x_BTD, None
+        flat = [y.reshape((-1,) + y.shape[2:]) for y in ys]
+        return x_BTD, dataclasses.replace(cache, k_LBSKH=flat[0], v_LBSKH=flat[1], conv_LBCW=flat[2],
+                                          state_LBNAE=flat[3])
+
+
+def _slots(layer_types):
+    """Index of each layer among the layers of its own type (its slot in the cache arrays)."""
+    counts = {FULL: 0, LINEAR: 0}
+    out = []
+    for t in layer_types:
+        out.append(counts[t])
+        counts[t] += 1
+    return out
+
+
+def _layer_cache(cache: Qwen3_5Cache, t, slot):
+    if t == FULL:
+        return cache.k_LBSKH[slot], cache.v_LBSKH[slot]
+    return cache.conv_LBCW[slot], cache.state_LBNAE[slot]
+
+
+def _rebuild_cache(cache: Qwen3_5Cache, new):
+    def stack(items, idx, old):
+        return jnp.stack([it[idx] for it in items]) if items else old
+    return dataclasses.replace(
+        cache,
+        k_LBSKH=stack(new["attn"], 0, cache.k_LBSKH), v_LBSKH=stack(new["attn"], 1, cache.v_LBSKH),
+        conv_LBCW=stack(new["lin"], 0, cache.conv_LBCW), state_LBNAE=stack(new["lin"], 1, cache.state_LBNAE))
+
+
+# ---------------------------------------------------------------------------------------------
+# the causal LM
+# ---------------------------------------------------------------------------------------------
+class Qwen3_5ForCausalLM(nnx.Module):
+    """Qwen3.5 causal LM. ``model(ids)`` -> logits; ``extend`` appends to a generation cache."""
+
+    def __init__(self, cfg: Qwen3_5Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32,
+                 moe_impl: str = "sorted"):
+        self.config = cfg
+        self.dtype = jnp.dtype(dtype)
+        self.model = TextModel(cfg, rngs=rngs, dtype=self.dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        if cfg.tie_word_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, ("vocab", "embed"), rngs=rngs,
+                                  std=cfg.initializer_range, dtype=self.dtype, param_dtype=param_dtype)
+
+    def set_mesh(self, mesh, rules=None):
+        """Record the mesh so activations are constrained to batch sharding at block boundaries."""
+        self.model.mesh = mesh
+        self.model.rules = None if rules is None else tuple(rules)
+        return self
+
+    # -------------------------------------------------------------------------------------
+    def hidden_states(self, input_ids_BT, segment_ids=None, positions=None):
+        """Final-normed hidden states ``[B, T, D]`` of a full (cache-free) forward.
+
+        ``segment_ids [B, T]``: packed sequences; attention stays inside a segment, positions
+        restart per segment (unless given) and the GDN conv/recurrent state resets at segment
+        starts. ``positions``: ``[B, T]`` or ``[3, B, T]`` (multimodal RoPE streams).
+        """
+        cfg = self.config
+        input_ids_BT = jnp.asarray(input_ids_BT)
+        if input_ids_BT.ndim != 2:
+            raise ValueError(f"input_ids: expected shape [batch, seq], got {input_ids_BT.shape}")
+        B, T = input_ids_BT.shape
+        if segment_ids is None:
+            seg_BT = jnp.zeros((B, T), jnp.int32)
+            seg_start = None
+        else:
+            seg_BT = jnp.asarray(segment_ids)
+            if seg_BT.shape != (B, T):
+                raise ValueError(f"segment_ids: shape {seg_BT.shape} must equal input_ids shape {(B, T)}")
+            seg_start = K.segment_starts(seg_BT)
+        if positions is None:
+            positions = (jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T)) if segment_ids is None
+                         else K.positions_from_segments(seg_BT))
+        cos, sin = K.rope_cos_sin(jnp.asarray(positions), cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section,
+                                  cfg.mrope_interleaved)
+        ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
+                       attn_mask_BTS=K.causal_segment_mask(seg_BT))
+        x_BTD = self.model.embed_tokens(input_ids_BT)
+        x_BTD, _ = self.model.decoder(x_BTD, ctx)
+        return self.model.constrain(self.model.norm(x_BTD))
+
+    def lm_logits(self, hidden_BTD):
+        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
+        w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
+        return jnp.einsum("...d,vd->...v", hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype),
+                          preferred_element_type=jnp.float32)
+
+    def __call__(self, input_ids_BT, segment_ids=None, positions=None):
+        return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
+
+    # -------------------------------------------------------------------------------------
+    def extend(self, input_ids_BT, cache: Qwen3_5Cache, num_new_B=None):
+        """Append ``num_new_B[b]`` right-padded tokens to row ``b`` of ``cache``.
+
+        Positions continue from ``cache.lengths_B``; rows with ``num_new_B[b] == 0`` are left
+        untouched. Prefill, single-token decode and multi-turn continuation are the same call.
+        Returns ``(logits_BTV fp32, new cache)``; logits at padded slots are meaningless.
+        """
+        hidden_BTD, new_cache = self.extend_hidden(input_ids_BT, cache, num_new_B)
+        return self.lm_logits(hidden_BTD), new_cache
+
+    def extend_hidden(self, input_ids_BT, cache: Qwen3_5Cache, num_new_B=None):
+        """``extend`` without the LM head: ``(final-normed hidden_BTD, new cache)``.
+
+        Samplers project only the positions they sample from (one per row), which matters with
+        a 248k-token vocabulary: a full ``[B, T, V]`` prefill logit tensor is never built.
+        """
+        cfg = self.config
+        input_ids_BT = jnp.asarray(input_ids_BT)
+        B, T = input_ids_BT.shape
+        if cache.lengths_B.shape[0] != B:
+            raise ValueError(f"extend: input batch {B} != cache batch {cache.lengths_B.shape[0]}")
+        num_new_B = (jnp.full((B,), T, jnp.int32) if num_new_B is None
+                     else jnp.asarray(num_new_B, jnp.int32).reshape(B))
+        S = cache.max_len
+        t_T = jnp.arange(T, dtype=jnp.int32)
+        pos_BT = cache.lengths_B[:, None] + t_T[None, :]
+        valid_BT = t_T[None, :] < num_new_B[:, None]
+        write_BT = jnp.where(valid_BT, pos_BT, S)  # out of range -> dropped
+        s_S = jnp.arange(S, dtype=jnp.int32)
+        mask_BTS = s_S[None, None, :] <= pos_BT[:, :, None]
+        cos, sin = K.rope_cos_sin(pos_BT, cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section, cfg.mrope_interleaved)
+        ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, attn_mask_BTS=mask_BTS, write_pos_BT=write_BT,
+                       valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1))
+        x_BTD = self.model.embed_tokens(input_ids_BT)
+        x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
+        new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
+        return self.model.norm(x_BTD), new_cache

@@ -1,0 +1,213 @@
+"""Packing executor ``TokenSegment``s into fixed-shape training rows.
+
+A segment of ``n`` tokens becomes ``n - 1`` (input, target) positions: position ``t`` reads
+``token_ids[t]`` and is scored on ``token_ids[t + 1]``; its loss mask and rollout log-prob are
+those of the target token. Several segments share a row (first-fit decreasing), told apart by
+``segment_ids`` (1, 2, ...; 0 is padding) with positions restarting at 0, so attention never
+crosses segments. The row length is the smallest configured bucket that fits, which bounds the
+number of distinct shapes (compilations) to ``len(buckets)``.
+
+Nothing is truncated silently: a segment longer than the largest bucket is split at an
+assistant-turn boundary (``TokenSegment.turn_starts``) when ``overlong="split"`` and it can be,
+otherwise dropped; both are counted in ``PackStats``. A split piece loses the context before
+its turn, so its trainer log-probs differ from the rollout's; the importance weight accounts
+for that mismatch, and ``overlong="drop"`` avoids it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+
+from harness_jax.types import TokenSegment
+
+ARRAY_FIELDS = ("input_ids", "target_ids", "loss_mask", "rollout_logp", "advantages", "segment_ids",
+                "positions")
+
+
+@dataclasses.dataclass
+class PackStats:
+    num_segments_in: int = 0
+    num_segments_packed: int = 0       # pieces placed in rows (a split segment counts each piece)
+    num_split: int = 0                 # over-long segments split at a turn boundary
+    num_dropped_overlong: int = 0      # over-long segments that could not be split (or policy=drop)
+    num_dropped_no_loss: int = 0       # segments with no loss token (nothing to learn)
+    num_rows: int = 0
+    num_tokens: int = 0                # non-padding positions
+    num_loss_tokens: int = 0
+    row_length: int = 0
+
+    @property
+    def padding_fraction(self) -> float:
+        total = self.num_rows * self.row_length
+        return 1.0 - self.num_tokens / total if total else 0.0
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["padding_fraction"] = self.padding_fraction
+        return d
+
+
+@dataclasses.dataclass
+class TrainBatch:
+    """Host-side (numpy) packed batch; every array is ``[B, T]``.
+
+    ``loss_mask``/``rollout_logp``/``advantages`` are aligned to ``target_ids``. ``meta`` holds
+    per-piece records (group id, harness id, policy version, reward, row, segment id) for logging.
+    """
+
+    input_ids: np.ndarray
+    target_ids: np.ndarray
+    loss_mask: np.ndarray
+    rollout_logp: np.ndarray
+    advantages: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+    meta: list = dataclasses.field(default_factory=list)
+    stats: PackStats = dataclasses.field(default_factory=PackStats)
+
+    @property
+    def shape(self):
+        return self.input_ids.shape
+
+    def arrays(self) -> dict:
+        return {k: getattr(self, k) for k in ARRAY_FIELDS}
+
+    def take_rows(self, idx) -> "TrainBatch":
+        idx = np.asarray(idx)
+        return dataclasses.replace(self, **{k: getattr(self, k)[idx] for k in ARRAY_FIELDS})
+
+
+@dataclasses.dataclass(frozen=True)
+class PackConfig:
+    buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096)   # allowed row lengths (positions)
+    overlong: str = "split"             # "split" at a turn boundary, else drop; or "drop"
+    row_multiple: int = 1               # pad the row count to a multiple (minibatches*micro*dp)
+    min_rows: int = 0                   # pad to at least this many rows
+    pad_id: int = 0
+
+    def __post_init__(self):
+        if not self.buckets or any(b < 1 for b in self.buckets):
+            raise ValueError(f"PackConfig.buckets: {self.buckets} must be a non-empty list of positive lengths")
+        object.__setattr__(self, "buckets", tuple(sorted(int(b) for b in self.buckets)))
+        if self.overlong not in ("split", "drop"):
+            raise ValueError(f"PackConfig.overlong: {self.overlong!r}; use 'split' or 'drop'")
+        if self.row_multiple < 1:
+            raise ValueError(f"PackConfig.row_multiple: {self.row_multiple} must be >= 1")
+
+
+def _split_points(seg: TokenSegment, cap: int) -> Optional[list[tuple[int, int]]]:
+    """Token ranges [a, b) with b - a - 1 <= cap, cut only at turn starts; None if impossible."""
+    n = len(seg.token_ids)
+    cuts = sorted({t for t in seg.turn_starts if 0 < t < n})
+    pieces, a = [], 0
+    while n - a - 1 > cap:
+        # the piece [a, b) needs b - a - 1 <= cap; cut at the furthest turn start that fits.
+        ok = [c for c in cuts if a < c <= a + cap + 1]
+        if not ok:
+            return None
+        b = ok[-1]
+        pieces.append((a, b))
+        a = b
+    pieces.append((a, n))
+    return pieces
+
+
+def pack_segments(segments: Sequence[TokenSegment], cfg: PackConfig = PackConfig()) -> TrainBatch:
+    """Pack segments into ``[rows, bucket]`` arrays (see module docstring)."""
+    stats = PackStats(num_segments_in=len(segments))
+    cap = cfg.buckets[-1]
+    pieces = []  # (segment index, start, end)
+    for i, seg in enumerate(segments):
+        n = len(seg.token_ids)
+        if n < 2 or not any(seg.loss_mask[1:]):
+            stats.num_dropped_no_loss += 1
+            continue
+        if n - 1 <= cap:
+            pieces.append((i, 0, n))
+            continue
+        split = _split_points(seg, cap) if cfg.overlong == "split" else None
+        if split is None:
+            stats.num_dropped_overlong += 1
+            continue
+        stats.num_split += 1
+        pieces.extend((i, a, b) for a, b in split if any(seg.loss_mask[a + 1:b]))
+
+    # first-fit decreasing on positions used (n - 1 per piece)
+    order = sorted(range(len(pieces)), key=lambda k: -(pieces[k][2] - pieces[k][1]))
+    rows: list[list[int]] = []
+    fill: list[int] = []
+    for k in order:
+        L = pieces[k][2] - pieces[k][1] - 1
+        for r in range(len(rows)):
+            if fill[r] + L <= cap:
+                rows[r].append(k)
+                fill[r] += L
+                break
+        else:
+            rows.append([k])
+            fill.append(L)
+    longest = max(fill, default=1)
+    T = next(b for b in cfg.buckets if b >= longest)
+    n_rows = max(len(rows), cfg.min_rows, 1)
+    n_rows = -(-n_rows // cfg.row_multiple) * cfg.row_multiple
+
+    arr = {
+        "input_ids": np.full((n_rows, T), cfg.pad_id, np.int32),
+        "target_ids": np.full((n_rows, T), cfg.pad_id, np.int32),
+        "loss_mask": np.zeros((n_rows, T), np.float32),
+        "rollout_logp": np.zeros((n_rows, T), np.float32),
+        "advantages": np.zeros((n_rows, T), np.float32),
+        "segment_ids": np.zeros((n_rows, T), np.int32),
+        "positions": np.zeros((n_rows, T), np.int32),
+    }
+    meta = []
+    for r, ks in enumerate(rows):
+        off = 0
+        for s, k in enumerate(ks, start=1):
+            i, a, b = pieces[k]
+            seg = segments[i]
+            tok = np.asarray(seg.token_ids[a:b], np.int32)
+            L = len(tok) - 1
+            sl = slice(off, off + L)
+            arr["input_ids"][r, sl] = tok[:-1]
+            arr["target_ids"][r, sl] = tok[1:]
+            arr["loss_mask"][r, sl] = np.asarray(seg.loss_mask[a + 1:b], np.float32)
+            arr["rollout_logp"][r, sl] = np.asarray(seg.rollout_logprobs[a + 1:b], np.float32)
+            arr["advantages"][r, sl] = seg.advantage
+            arr["segment_ids"][r, sl] = s
+            arr["positions"][r, sl] = np.arange(L, dtype=np.int32)
+            meta.append(dict(row=r, segment=s, group_id=seg.group_id, harness_id=seg.harness_id,
+                             episode_id=seg.episode_id, task_id=seg.task_id, reward=seg.reward,
+                             policy_version=seg.policy_version, start=a, end=b))
+            off += L
+            stats.num_segments_packed += 1
+            stats.num_tokens += L
+    stats.num_rows = n_rows
+    stats.row_length = T
+    stats.num_loss_tokens = int(arr["loss_mask"].sum())
+    return TrainBatch(**arr, meta=meta, stats=stats)
+
+
+def assign_group_advantages(segments: Sequence[TokenSegment], eps: float = 1e-6, **adv_kw) -> dict:
+    """Fill ``segment.advantage`` from group-relative rewards (groups by ``group_id``).
+
+    Groups may have different sizes. Returns ``{"zero_variance_fraction", "num_groups"}``.
+    """
+    from harness_jax.rl import losses  # local: keeps batch.py importable without jax in workers
+
+    groups: dict[str, list[int]] = {}
+    for i, s in enumerate(segments):
+        groups.setdefault(s.group_id, []).append(i)
+    zero = 0
+    for idx in groups.values():
+        r = np.asarray([[segments[i].reward for i in idx]], np.float32)
+        if len(idx) == 1:
+            a = np.zeros_like(r)
+        else:
+            a = np.asarray(losses.group_advantages(r, eps=eps, **adv_kw))
+        zero += int(np.all(r == r[0, 0]))
+        for j, i in enumerate(idx):
+            segments[i].advantage = float(a[0, j])
+    return {"zero_variance_fraction": zero / max(len(groups), 1), "num_groups": len(groups)}

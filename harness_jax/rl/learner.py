@@ -1,0 +1,454 @@
+"""Sharded GRPO / SFT learner: train state, jitted train step, mini-batches and epochs.
+
+Layout of one ``Learner.update(batch)`` (one rollout batch, one policy version):
+
+1. the packed ``TrainBatch`` is placed on the mesh (rows over ``("data", "fsdp")``);
+2. ``old_logp`` is recomputed with the current parameters (``recompute_old_logp``), else the
+   rollout engine's log-probs are used; a frozen reference model's log-probs are added when a
+   KL coefficient is set;
+3. for each epoch the rows are shuffled (a key from the checkpointed train-state RNG) and cut
+   into ``num_mini_batches`` mini-batches; each mini-batch is one optimizer step.
+
+The train step is one ``jax.jit`` with explicit in/out shardings and the state donated. Inside,
+``lax.scan`` accumulates float32 gradients over ``num_micro_batches`` micro-batches; each
+micro-batch's loss is its unnormalised sum divided by the *global* mini-batch denominator, so
+the accumulated gradient equals the full mini-batch gradient for every aggregation mode.
+Parameters and the AdamW moments share the parameters' FSDP/TP shardings (logical axis names on
+the ``nnx.Param`` metadata mapped onto the mesh by a rules table).
+
+Dtypes: the model object decides its compute and parameter dtypes (``Qwen3_5ForCausalLM(...,
+dtype=jnp.bfloat16, param_dtype=jnp.float32)`` is the accelerator default: fp32 master weights,
+bf16 matmuls); log-probs, losses, gradients accumulation and optimizer math are float32.
+Rematerialisation of decoder blocks is the model config's ``remat`` knob; the LM head is always
+computed in rematerialised chunks (``LearnerConfig.logit_chunk``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from harness_jax import sharding as hsharding
+from harness_jax.rl import losses
+from harness_jax.rl.batch import TrainBatch
+from harness_jax.rl.logprobs import token_logprobs
+
+MESH_AXES = hsharding.MESH_AXES
+
+
+# ----------------------------------------------------------------------------------------------
+# configuration
+# ----------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    learning_rate: float = 1e-6
+    schedule: str = "constant"        # "constant" | "cosine" | "linear" (all with linear warm-up)
+    warmup_steps: int = 0
+    total_steps: int = 1000           # cosine/linear decay horizon (optimizer steps)
+    end_lr_ratio: float = 0.0         # final lr / peak lr for cosine/linear
+    b1: float = 0.9
+    b2: float = 0.98
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    decay_1d: bool = False            # also decay norms/biases (ndim < 2)
+    clip_norm: Optional[float] = 1.0  # global-norm gradient clipping; None = off
+
+    def __post_init__(self):
+        if self.schedule not in ("constant", "cosine", "linear"):
+            raise ValueError(f"OptimizerConfig.schedule: {self.schedule!r}; use 'constant', 'cosine' or 'linear'")
+        if self.learning_rate < 0:
+            raise ValueError(f"OptimizerConfig.learning_rate: {self.learning_rate} must be >= 0")
+        if self.warmup_steps < 0 or self.total_steps < 1:
+            raise ValueError("OptimizerConfig.warmup_steps must be >= 0 and total_steps >= 1")
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ValueError(f"OptimizerConfig.clip_norm: {self.clip_norm} must be > 0 (or None)")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    mode: str = "grpo"                         # "grpo" | "sft"
+    loss: losses.PolicyLossConfig = losses.PolicyLossConfig()
+    opt: OptimizerConfig = OptimizerConfig()
+    num_micro_batches: int = 1                 # gradient accumulation inside one optimizer step
+    num_mini_batches: int = 1                  # optimizer steps per epoch over a rollout batch
+    num_epochs: int = 1                        # passes over a rollout batch
+    shuffle: bool = True                       # shuffle rows between epochs (checkpointed RNG)
+    recompute_old_logp: bool = True            # False: old_logp = rollout engine's log-probs
+    temperature: float = 1.0                   # the rollout engine's sampling temperature
+    logit_chunk: int = 512                     # positions per LM-head chunk (0 = all at once)
+    compute_entropy: bool = False              # log entropy (costs one more pass over the vocab)
+    peak_flops_per_device: float = 0.0         # for MFU; 0 = not reported
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.mode not in ("grpo", "sft"):
+            raise ValueError(f"LearnerConfig.mode: {self.mode!r}; use 'grpo' or 'sft'")
+        for f in ("num_micro_batches", "num_mini_batches", "num_epochs"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"LearnerConfig.{f}: {getattr(self, f)} must be >= 1")
+        if self.temperature < 0:
+            raise ValueError(f"LearnerConfig.temperature: {self.temperature} must be >= 0")
+
+    @property
+    def rows_multiple(self) -> int:
+        """Rows of a TrainBatch must be a multiple of this times the batch-axis device count."""
+        return self.num_mini_batches * self.num_micro_batches
+
+
+def make_schedule(opt: OptimizerConfig) -> optax.Schedule:
+    peak, w = opt.learning_rate, opt.warmup_steps
+    decay_steps = max(opt.total_steps - w, 1)
+    if opt.schedule == "constant":
+        main = optax.constant_schedule(peak)
+    elif opt.schedule == "cosine":
+        main = optax.cosine_decay_schedule(peak, decay_steps, alpha=opt.end_lr_ratio)
+    else:
+        main = optax.linear_schedule(peak, peak * opt.end_lr_ratio, decay_steps)
+    if w == 0:
+        return main
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, w), main], [w])
+
+
+def make_optimizer(opt: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    sched = make_schedule(opt)
+
+    def decay_mask(params):
+        return jax.tree.map(lambda p: opt.decay_1d or p.ndim >= 2, params)
+
+    parts = []
+    if opt.clip_norm is not None:
+        parts.append(optax.clip_by_global_norm(opt.clip_norm))
+    parts.append(optax.adamw(sched, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay,
+                             mask=decay_mask))
+    return optax.chain(*parts), sched
+
+
+# ----------------------------------------------------------------------------------------------
+# mesh and shardings
+# ----------------------------------------------------------------------------------------------
+def make_mesh(shape: Sequence[int] = (1, -1, 1, 1), axes: Sequence[str] = MESH_AXES,
+              devices: Optional[Sequence] = None) -> Mesh:
+    """``harness_jax.sharding.make_mesh`` over all (global) devices, where one ``-1`` entry
+    takes the remaining devices."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = list(shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"mesh shape {shape}: at most one -1")
+    if -1 in shape:
+        shape[shape.index(-1)] = len(devices) // math.prod(s for s in shape if s != -1)
+    if math.prod(shape) != len(devices):
+        raise ValueError(f"mesh shape {tuple(shape)} needs {math.prod(shape)} devices but there are "
+                         f"{len(devices)}; make the product equal the device count")
+    return hsharding.make_mesh(shape, axes, devices)
+
+
+def batch_axes(mesh: Mesh, rules) -> tuple[str, ...]:
+    """Mesh axes the batch (rows) dimension is split over: the rules' ``batch`` entry."""
+    spec = hsharding.logical_to_mesh(("batch",), mesh, rules)
+    a = spec[0]
+    return () if a is None else ((a,) if isinstance(a, str) else tuple(a))
+
+
+def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
+    """Pure-dict tree of NamedShardings for an nnx parameter state (from Param metadata)."""
+    spec_tree = nnx.to_pure_dict(nnx.get_partition_spec(abstract_state))
+    shape_tree = nnx.to_pure_dict(abstract_state)
+
+    def one(spec, leaf):
+        logical = tuple(spec) if spec is not None else ()
+        logical = logical + (None,) * (len(leaf.shape) - len(logical))
+        return NamedSharding(mesh, hsharding.logical_to_mesh(logical, mesh, rules, leaf.shape))
+
+    return jax.tree.map(one, spec_tree, shape_tree, is_leaf=lambda x: isinstance(x, P) or x is None)
+
+
+def put_global(x, sharding: NamedSharding):
+    """Host value (identical on every process) -> global array with ``sharding``.
+
+    Works single- and multi-process (each process fills only its addressable shards).
+    """
+    if isinstance(x, jax.Array) and x.is_fully_addressable and len(jax.devices()) == len(jax.local_devices()):
+        # never alias the caller's buffers: the train state is donated to the step
+        return jax.device_put(x, sharding, may_alias=False)
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def fetch(x):
+    """Global array -> numpy on any process (sharded arrays spanning processes are gathered,
+    which is a collective: every process must call it)."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        if x.sharding.is_fully_replicated:
+            return np.asarray(x.addressable_data(0))
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+# ----------------------------------------------------------------------------------------------
+# the learner
+# ----------------------------------------------------------------------------------------------
+BATCH_KEYS = ("input_ids", "target_ids", "loss_mask", "rollout_logp", "old_logp", "advantages",
+              "segment_ids", "positions")
+
+
+class Learner:
+    """Owns the sharded train state of one policy and updates it from packed rollout batches.
+
+    ``state`` is a pytree ``{"params", "opt_state", "step", "rng"}`` (pure dicts of arrays,
+    checkpointable as is); ``policy_version`` counts consumed rollout batches.
+    """
+
+    def __init__(self, model: nnx.Module, cfg: LearnerConfig = LearnerConfig(), *, mesh: Optional[Mesh] = None,
+                 rules=None, ref_model: Optional[nnx.Module] = None,
+                 flops_per_token: Optional[Callable[[int], float]] = None):
+        self.cfg = cfg
+        self.mesh = mesh if mesh is not None else make_mesh((1, -1, 1, 1))
+        self.rules = rules if rules is not None else hsharding.TRAIN_RULES
+        self.batch_axes = batch_axes(self.mesh, self.rules)
+        self.graphdef, params_state, self.rest_state = nnx.split(model, nnx.Param, ...)
+        self._abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params_state)
+        self.param_sharding = param_shardings(params_state, self.mesh, self.rules)
+        self.tx, self.schedule = make_optimizer(cfg.opt)
+        self.replicated = NamedSharding(self.mesh, P())
+        self.batch_sharding = NamedSharding(self.mesh, P(self.batch_axes or None, None))
+        self._rest_sharding = jax.tree.map(lambda _: self.replicated, nnx.to_pure_dict(self.rest_state))
+        self.rest = jax.tree.map(put_global, nnx.to_pure_dict(self.rest_state), self._rest_sharding)
+        self.flops_per_token = flops_per_token or _model_flops_fn(model)
+        self.policy_version = 0
+
+        params = jax.tree.map(put_global, nnx.to_pure_dict(params_state), self.param_sharding)
+        self.state_sharding = self._state_shardings(params)
+        init = jax.jit(self._init_state, out_shardings=self.state_sharding)
+        self.state = init(params, jnp.asarray(jax.random.PRNGKey(cfg.seed), jnp.uint32))
+
+        self.ref_params = None
+        if ref_model is not None:
+            _, ref_state, _ = nnx.split(ref_model, nnx.Param, ...)
+            self.ref_params = jax.tree.map(put_global, nnx.to_pure_dict(ref_state), self.param_sharding)
+
+        self._train_step = jax.jit(self._step, in_shardings=(self.state_sharding, self.batch_sharding),
+                                   out_shardings=(self.state_sharding, self.replicated), donate_argnums=(0,))
+        self._logp_fn = jax.jit(self._batch_logp, in_shardings=(self.param_sharding, self.batch_sharding),
+                                out_shardings=self.replicated)
+
+    # ---- state ---------------------------------------------------------------------------
+    def _init_state(self, params, rng):
+        return {"params": params, "opt_state": self.tx.init(params), "step": jnp.zeros((), jnp.int32),
+                "rng": rng}
+
+    def _state_shardings(self, params):
+        abstract = jax.eval_shape(self.tx.init, params)
+        opt_sh = optax.tree_map_params(self.tx, lambda _, s: s, abstract, self.param_sharding,
+                                       transform_non_params=lambda _: self.replicated)
+        return {"params": self.param_sharding, "opt_state": opt_sh, "step": self.replicated,
+                "rng": self.replicated}
+
+    def model(self, params=None) -> nnx.Module:
+        """An nnx model view of ``params`` (default: the current parameters)."""
+        params = self.state["params"] if params is None else params
+        ps = jax.tree.map(lambda x: x, self._abstract_params)   # fresh State, filled in place
+        nnx.replace_by_pure_dict(ps, params)
+        rest = jax.tree.map(lambda x: x, self.rest_state)
+        nnx.replace_by_pure_dict(rest, self.rest)
+        return nnx.merge(self.graphdef, ps, rest)
+
+    # ---- pure functions traced under jit ---------------------------------------------------
+    def _logp(self, params, mb, with_entropy=False):
+        model = self.model(params)
+        return token_logprobs(model, mb["input_ids"], mb["target_ids"], segment_ids_BT=mb["segment_ids"],
+                              positions_BT=mb["positions"], temperature=self.cfg.temperature,
+                              chunk_size=self.cfg.logit_chunk, with_entropy=with_entropy)
+
+    def _micro(self, x, M):
+        """[R, ...] -> [M, R/M, ...], micro-batch m = rows m, M+m, ... (keeps rows spread
+        over the data-parallel devices)."""
+        R = x.shape[0]
+        y = x.reshape(R // M, M, *x.shape[1:]).swapaxes(0, 1)
+        return jax.lax.with_sharding_constraint(
+            y, NamedSharding(self.mesh, P(None, self.batch_axes or None, *([None] * (x.ndim - 1)))))
+
+    def _batch_logp(self, params, batch):
+        M = self.cfg.num_micro_batches
+        mbs = {k: self._micro(v, M) for k, v in batch.items()}
+
+        def body(_, mb):
+            return None, self._logp(params, mb)[0]
+
+        _, logp_MbT = jax.lax.scan(body, None, mbs)
+        R = batch["input_ids"].shape[0]
+        return logp_MbT.swapaxes(0, 1).reshape(R, -1)
+
+    def _loss(self, params, mb, denom, cfg: Optional[LearnerConfig] = None):
+        """Micro-batch loss (its sum over the global denominator) and metric terms."""
+        cfg = self.cfg if cfg is None else cfg
+        logp_BT, ent_BT = self._logp(params, mb, with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
+        if cfg.mode == "sft":
+            s, _ = losses.sft_loss_terms(logp_BT, mb["loss_mask"], denom=denom)
+            mask = mb["loss_mask"]
+            m = {"nll": (s, jnp.sum(mask))}
+            if ent_BT is not None:
+                m["entropy"] = (jnp.sum(mask * jax.lax.stop_gradient(ent_BT)), jnp.sum(mask))
+        else:
+            s, _, m = losses.policy_loss_terms(
+                logp_BT, mb["old_logp"], mb["rollout_logp"], mb["advantages"], mb["loss_mask"], cfg.loss,
+                segment_ids_BT=mb["segment_ids"], ref_logp_BT=mb.get("ref_logp"), entropy_BT=ent_BT,
+                denom=denom)
+        return s / denom, m
+
+    def _denominator(self, batch):
+        if self.cfg.mode == "sft":
+            return jnp.maximum(jnp.sum(batch["loss_mask"]), 1.0)
+        _, d = losses.token_weights(batch["loss_mask"], batch["segment_ids"], agg=self.cfg.loss.agg,
+                                    norm_constant=self.cfg.loss.norm_constant)
+        return jnp.maximum(d, 1e-12)
+
+    def _step(self, state, batch):
+        M = self.cfg.num_micro_batches
+        params = state["params"]
+        denom = self._denominator(batch)
+        mbs = {k: self._micro(v, M) for k, v in batch.items()}
+        grad_fn = jax.value_and_grad(self._loss, has_aux=True)
+        mb0 = jax.tree.map(lambda x: x[0], mbs)
+        _, m_shape = jax.eval_shape(self._loss, params, mb0, denom)
+
+        def zero_metric(k, v):
+            if k.startswith("max/"):
+                return jnp.full(v.shape, -3e38, jnp.float32)
+            if k.startswith("min/"):
+                return jnp.full(v.shape, 3e38, jnp.float32)
+            return (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32))
+
+        m0 = {k: zero_metric(k, v) for k, v in m_shape.items()}
+        g0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        g0 = jax.lax.with_sharding_constraint(g0, self.param_sharding)
+
+        def body(carry, mb):
+            g_acc, l_acc, m_acc = carry
+            (l, m), g = grad_fn(params, mb, denom)
+            g_acc = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+            g_acc = jax.lax.with_sharding_constraint(g_acc, self.param_sharding)
+            return (g_acc, l_acc + l, losses.combine_metrics(m_acc, m)), None
+
+        (grads, loss, msum), _ = jax.lax.scan(body, (g0, jnp.zeros((), jnp.float32), m0), mbs)
+        grad_norm = optax.global_norm(grads)
+        grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+        updates, opt_state = self.tx.update(grads, state["opt_state"], params)
+        new_params = optax.apply_updates(params, updates)
+        new_params = jax.lax.with_sharding_constraint(new_params, self.param_sharding)
+        metrics = losses.finalize_metrics(msum)
+        leaves = jax.tree.leaves(new_params)
+        n = sum(x.size for x in leaves)
+        metrics.update(
+            loss=loss, grad_norm=grad_norm, learning_rate=self.schedule(state["step"]),
+            param_rms=jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves) / float(n)),
+            update_rms=jnp.sqrt(sum(jnp.sum(jnp.square(u.astype(jnp.float32))) for u in jax.tree.leaves(updates)) / float(n)),
+            loss_tokens=jnp.sum(batch["loss_mask"]), tokens=jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32)))
+        new_state = {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"]}
+        return new_state, metrics
+
+    # ---- host-side API -------------------------------------------------------------------
+    @property
+    def row_multiple(self) -> int:
+        """Rows of every TrainBatch must be a multiple of this (``PackConfig.row_multiple``)."""
+        return required_row_multiple(self.cfg, self.mesh, self.rules)
+
+    def _check_batch(self, batch: TrainBatch):
+        check_rows(batch.shape[0], self.row_multiple)
+
+    def put_batch(self, arrays: Mapping[str, np.ndarray]) -> dict:
+        return {k: put_global(v, self.batch_sharding) for k, v in arrays.items()}
+
+    def compute_logp(self, batch: TrainBatch, params=None) -> np.ndarray:
+        """Trainer log-probs of the batch's targets (host numpy ``[R, T]``)."""
+        self._check_batch(batch)
+        arr = {k: v for k, v in batch.arrays().items() if k in ("input_ids", "target_ids", "segment_ids", "positions")}
+        return fetch(self._logp_fn(self.state["params"] if params is None else params, self.put_batch(arr)))
+
+    def train_step(self, arrays: Mapping[str, np.ndarray]) -> dict:
+        """One optimizer step on one mini-batch (host arrays incl. ``old_logp``); host metrics."""
+        t0 = time.perf_counter()
+        self.state, metrics = self._train_step(self.state, self.put_batch(arrays))
+        out = {k: float(fetch(v)) for k, v in metrics.items()}
+        dt = time.perf_counter() - t0
+        out["step_time_s"] = dt
+        out["tokens_per_s"] = out["tokens"] / dt
+        if self.flops_per_token is not None and self.cfg.peak_flops_per_device > 0:
+            T = arrays["input_ids"].shape[1]
+            out["mfu"] = (self.flops_per_token(T) * out["tokens"] / dt
+                          / (self.cfg.peak_flops_per_device * self.mesh.size))
+        return out
+
+    def update(self, batch: TrainBatch) -> list[dict]:
+        """Consume one rollout batch: old-logp recompute, then epochs x mini-batches of steps.
+
+        Returns one metrics dict per optimizer step (prefix-free names; see docs/rl.md).
+        """
+        cfg = self.cfg
+        self._check_batch(batch)
+        arrays = dict(batch.arrays())
+        t0 = time.perf_counter()
+        if cfg.mode == "grpo":
+            arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
+                                  else arrays["rollout_logp"].copy())
+            if self.ref_params is not None and cfg.loss.kl_coef:
+                arrays["ref_logp"] = self.compute_logp(batch, self.ref_params)
+        else:
+            arrays["old_logp"] = np.zeros_like(arrays["rollout_logp"])
+        recompute_s = time.perf_counter() - t0
+        R = batch.shape[0]
+        per = R // cfg.num_mini_batches
+        out = []
+        for _ in range(cfg.num_epochs):
+            if cfg.shuffle:
+                rng = jnp.asarray(fetch(self.state["rng"]), jnp.uint32)
+                rng, sub = jax.random.split(rng)
+                perm = np.asarray(jax.random.permutation(sub, R))
+                self.state["rng"] = put_global(np.asarray(rng), self.replicated)
+            else:
+                perm = np.arange(R)
+            for k in range(cfg.num_mini_batches):
+                idx = perm[k * per:(k + 1) * per]
+                m = self.train_step({n: v[idx] for n, v in arrays.items()})
+                m["logp_recompute_s"] = recompute_s
+                m["policy_version"] = self.policy_version
+                out.append(m)
+        self.policy_version += 1
+        return out
+
+    @property
+    def step(self) -> int:
+        return int(fetch(self.state["step"]))
+
+    def params_numpy(self) -> dict:
+        return jax.tree.map(fetch, self.state["params"])
+
+
+def required_row_multiple(cfg: LearnerConfig, mesh: Mesh, rules=None) -> int:
+    """num_mini_batches x num_micro_batches x devices on the batch axes."""
+    axes = batch_axes(mesh, hsharding.TRAIN_RULES if rules is None else rules)
+    return cfg.num_mini_batches * cfg.num_micro_batches * math.prod(mesh.shape[a] for a in axes)
+
+
+def check_rows(rows: int, multiple: int) -> None:
+    if rows % multiple:
+        raise ValueError(
+            f"TrainBatch has {rows} rows; the learner needs a multiple of num_mini_batches x "
+            f"num_micro_batches x data-parallel devices = {multiple}. Pack with "
+            f"PackConfig(row_multiple={multiple}).")
+
+
+def _model_flops_fn(model) -> Optional[Callable[[int], float]]:
+    for name in ("config", "cfg"):
+        c = getattr(model, name, None)
+        if c is not None and hasattr(c, "flops_per_token"):
+            return c.flops_per_token
+    return None

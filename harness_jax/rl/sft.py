@@ -1,0 +1,105 @@
+"""Cold-start SFT (Harness-R1 stage 1): teacher-forced next-token loss on response tokens only.
+
+Examples are ``(prompt_ids, response_ids)`` pairs (already tokenized with the chat template);
+they become ``TokenSegment``s whose loss mask covers the response, are packed like RL batches
+and trained with a ``Learner`` in ``mode="sft"`` (loss = summed response-token NLL over the
+number of response tokens of each optimizer batch, i.e. the paper's token average).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from harness_jax.rl import batch as rlbatch
+from harness_jax.types import TokenSegment
+
+
+def sft_segment(prompt_ids: Sequence[int], response_ids: Sequence[int], **meta) -> TokenSegment:
+    """One SFT example as a TokenSegment (loss only on the response)."""
+    if len(response_ids) == 0:
+        raise ValueError("sft_segment: response_ids is empty; an SFT example needs a response to train on")
+    ids = [int(t) for t in prompt_ids] + [int(t) for t in response_ids]
+    mask = [0] * len(prompt_ids) + [1] * len(response_ids)
+    return TokenSegment(token_ids=ids, loss_mask=mask, rollout_logprobs=[0.0] * len(ids),
+                        turn_starts=[len(prompt_ids)], **meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+    epochs: int = 2
+    examples_per_batch: int = 24           # examples per optimizer step (before packing)
+    seed: int = 42
+    pack: rlbatch.PackConfig = rlbatch.PackConfig()
+
+    def __post_init__(self):
+        if self.epochs < 1 or self.examples_per_batch < 1:
+            raise ValueError("SFTConfig: epochs and examples_per_batch must be >= 1")
+
+
+class SFTBatches:
+    """Deterministic epoch-shuffled packed batches with a resumable position.
+
+    ``get_state()``/``set_state()`` are JSON-serialisable (checkpointed by ``Checkpointer``).
+    """
+
+    def __init__(self, segments: Sequence[TokenSegment], cfg: SFTConfig, row_multiple: int = 1):
+        self.segments = list(segments)
+        self.cfg = cfg
+        self.pack = dataclasses.replace(cfg.pack, row_multiple=row_multiple)
+        self.epoch, self.pos = 0, 0
+
+    def steps_per_epoch(self) -> int:
+        return -(-len(self.segments) // self.cfg.examples_per_batch)
+
+    def __iter__(self) -> Iterator[rlbatch.TrainBatch]:
+        return self
+
+    def __next__(self) -> rlbatch.TrainBatch:
+        if self.epoch >= self.cfg.epochs:
+            raise StopIteration
+        order = np.random.default_rng(self.cfg.seed + self.epoch).permutation(len(self.segments))
+        n = self.cfg.examples_per_batch
+        idx = order[self.pos:self.pos + n]
+        self.pos += n
+        if self.pos >= len(self.segments):
+            self.epoch, self.pos = self.epoch + 1, 0
+        return rlbatch.pack_segments([self.segments[i] for i in idx], self.pack)
+
+    def get_state(self) -> dict:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def set_state(self, state: dict) -> None:
+        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
+
+
+def train_sft(learner, batches: SFTBatches, *, checkpointer=None, writer=None,
+              on_step: Optional[Callable[[int, dict], None]] = None) -> list[dict]:
+    """Run SFT to the end of ``batches`` (resuming from ``checkpointer`` when it has a save).
+
+    ``learner.cfg.mode`` must be ``"sft"``. Saves at the checkpointer's interval and on SIGTERM.
+    """
+    if learner.cfg.mode != "sft":
+        raise ValueError(f"train_sft: learner mode is {learner.cfg.mode!r}; build it with LearnerConfig(mode='sft')")
+    if checkpointer is not None:
+        meta = checkpointer.restore(learner)
+        if meta is not None and meta.get("data_state"):
+            batches.set_state(meta["data_state"])
+    history = []
+    for b in batches:
+        for m in learner.update(b):
+            m.update({f"pack/{k}": v for k, v in b.stats.as_dict().items()})
+            history.append(m)
+            if writer is not None:
+                writer.write(learner.step, m, prefix="sft/")
+            if on_step is not None:
+                on_step(learner.step, m)
+        if checkpointer is not None:
+            checkpointer.maybe_save(learner, data_state=batches.get_state())
+            if checkpointer.should_stop():
+                break
+    if checkpointer is not None:
+        checkpointer.maybe_save(learner, data_state=batches.get_state(), force=True)
+        checkpointer.wait()
+    return history

@@ -1,0 +1,164 @@
+"""Device meshes and logical-axis sharding rules for harness_jax models.
+
+Every model parameter carries logical axis names in its ``out_sharding`` metadata (e.g.
+``("vocab", "embed")``). A *rules table* maps each logical name to zero or more mesh axes of a
+4-axis mesh ``("data", "fsdp", "tensor", "expert")``; ``logical_to_mesh`` turns names into a
+``PartitionSpec`` for a given mesh. A mesh axis that does not divide the dimension is dropped
+(replicated) so any config runs on any mesh; ``golden_shardings`` prints the result.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
+
+Rules = tuple  # tuple of (logical_name, mesh_axis | tuple of mesh axes | None)
+
+# Training: weights FSDP-sharded on the hidden dim and tensor-parallel on heads/mlp/vocab;
+# experts on the expert axis; activations' batch on data x fsdp.
+TRAIN_RULES: Rules = (
+    ("batch", ("data", "fsdp", "expert")),
+    ("embed", "fsdp"),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("q_heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("linear_conv", "tensor"),
+    ("linear_v", "tensor"),
+    ("linear_heads", None),
+    ("experts", "expert"),
+    ("expert_mlp", "tensor"),
+    ("norm", None),
+    ("layers", None),
+    ("cache_seq", None),
+    ("kv_heads_cache", "tensor"),
+    ("linear_heads_cache", "tensor"),
+)
+
+# Sampling: no FSDP (weights replicated over data/fsdp, sharded over tensor/expert only).
+SAMPLE_RULES: Rules = tuple((k, None if v == "fsdp" else v) for k, v in TRAIN_RULES)
+
+DEFAULT_RULES = TRAIN_RULES
+
+
+def make_mesh(shape: Sequence[int], axes: Sequence[str] = MESH_AXES, devices=None) -> Mesh:
+    """A mesh of ``shape`` over the first ``prod(shape)`` devices; missing trailing axes get size 1.
+
+    ``make_mesh((2, 2, 2))`` -> data=2, fsdp=2, tensor=2, expert=1.
+    """
+    shape = tuple(int(s) for s in shape)
+    axes = tuple(axes)
+    if len(shape) > len(axes):
+        raise ValueError(f"make_mesh: shape {shape} has more entries than axes {axes}")
+    shape = shape + (1,) * (len(axes) - len(shape))
+    n = int(np.prod(shape))
+    devices = list(jax.devices() if devices is None else devices)
+    if n > len(devices):
+        raise ValueError(f"make_mesh: shape {shape} needs {n} devices but only {len(devices)} are available")
+    return Mesh(np.asarray(devices[:n]).reshape(shape), axes)
+
+
+def _axes_of(rules: Rules, name) -> tuple:
+    if name is None:
+        return ()
+    for k, v in rules:
+        if k == name:
+            if v is None:
+                return ()
+            return (v,) if isinstance(v, str) else tuple(v)
+    raise KeyError(f"logical axis {name!r} has no entry in the sharding rules; add ({name!r}, <mesh axes>)")
+
+
+def logical_to_mesh(logical_axes: Sequence[Optional[str]], mesh: Mesh, rules: Optional[Rules] = None,
+                    shape: Optional[Sequence[int]] = None) -> P:
+    """PartitionSpec for ``logical_axes`` on ``mesh``.
+
+    Mesh axes absent from the mesh or of size 1 are skipped; with ``shape``, an axis whose size
+    does not divide the dimension is dropped, and a mesh axis is never used twice.
+    """
+    rules = DEFAULT_RULES if rules is None else rules
+    used = set()
+    spec = []
+    for d, name in enumerate(logical_axes):
+        chosen = []
+        size = 1
+        for ax in _axes_of(rules, name):
+            if ax not in mesh.shape or mesh.shape[ax] == 1 or ax in used:
+                continue
+            if shape is not None and shape[d] % (size * mesh.shape[ax]):
+                continue
+            chosen.append(ax)
+            size *= mesh.shape[ax]
+        used.update(chosen)
+        spec.append(None if not chosen else (chosen[0] if len(chosen) == 1 else tuple(chosen)))
+    return P(*spec)
+
+
+def named_sharding(logical_axes, mesh: Mesh, rules=None, shape=None) -> NamedSharding:
+    return NamedSharding(mesh, logical_to_mesh(logical_axes, mesh, rules, shape))
+
+
+def _var_axes(var):
+    meta = var.get_metadata() if hasattr(var, "get_metadata") else {}
+    axes = meta.get("out_sharding")
+    return tuple(axes) if axes else (None,) * len(var.shape)
+
+
+def state_shardings(state, mesh: Mesh, rules=None):
+    """Map an nnx State (abstract or concrete) to NamedShardings from each Variable's logical axes."""
+    from flax import nnx
+
+    def one(var):
+        return var.replace(named_sharding(_var_axes(var), mesh, rules, var.shape))
+
+    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_model(model, mesh: Mesh, rules=None):
+    """Place an existing nnx model's variables onto ``mesh`` per the rules (in place)."""
+    from flax import nnx
+
+    state = nnx.state(model)
+    sh = state_shardings(state, mesh, rules)
+    new = jax.tree.map(lambda v, s: v.replace(jax.device_put(v[...], s[...] if hasattr(s, "get_value") else s)),
+                       state, sh, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    nnx.update(model, new)
+    return model
+
+
+def init_sharded(make_model, mesh: Mesh, rules=None):
+    """Build ``make_model()`` under ``jit`` with output shardings from the logical axes.
+
+    ``make_model`` is a no-argument callable returning an nnx Module (e.g. a lambda creating
+    ``Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))``). No full copy of the weights ever exists on
+    one device.
+    """
+    from flax import nnx
+
+    abstract = nnx.eval_shape(make_model)
+    graphdef, abs_state = nnx.split(abstract)
+    out_sh = state_shardings(abs_state, mesh, rules)
+
+    build = jax.jit(lambda: nnx.state(make_model()), out_shardings=out_sh)
+    return nnx.merge(graphdef, build())
+
+
+def golden_shardings(state, mesh: Mesh, rules=None) -> dict:
+    """{param path: PartitionSpec string} for snapshot tests of the sharding layout."""
+    from flax import nnx
+
+    sh = state_shardings(state, mesh, rules)
+    out = {}
+    for path, v in nnx.to_flat_state(sh):
+        s = v.get_value() if hasattr(v, "get_value") else v
+        out[".".join(str(p) for p in path)] = str(s.spec)
+    return out
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2, rules=None, shape=None) -> NamedSharding:
+    """Sharding for a ``[batch, ...]`` activation/input array."""
+    return named_sharding(("batch",) + (None,) * (ndim - 1), mesh, rules, shape)

@@ -1,0 +1,67 @@
+"""The task stream: a grain pipeline over an environment's task split.
+
+Deterministic by seed (the order is a function of ``seed`` and the task list only), shuffled
+anew every epoch, infinite (epochs repeat), and checkpointable: ``state()`` is a small JSON-able
+dict that goes into the training checkpoint, and ``restore(state)`` continues with exactly the
+tasks that would have come next. Tasks are pulled one at a time, so dynamic sampling can ask for
+replacement tasks without disturbing the order of the rest.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import grain
+
+from harness_jax.envs.base import Task
+
+
+class TaskStream:
+    """Infinite, shuffled, checkpointable iterator over ``tasks``."""
+
+    def __init__(self, tasks: Sequence[Task], seed: int):
+        if not tasks:
+            raise ValueError("TaskStream: the task split is empty; check config.env.split_kwargs "
+                             "(e.g. num_tasks) and config.env.train_split")
+        self._tasks = list(tasks)
+        self._seed = int(seed)
+        self._dataset = (grain.MapDataset.range(len(self._tasks))
+                         .shuffle(seed=self._seed)
+                         .repeat(None)
+                         .to_iter_dataset())
+        self._it = iter(self._dataset)
+        self.num_taken = 0
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def next(self) -> Task:
+        self.num_taken += 1
+        return self._tasks[int(next(self._it))]
+
+    def take(self, n: int) -> list[Task]:
+        return [self.next() for _ in range(n)]
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable position in the stream (goes into checkpoints)."""
+        return {"grain": _jsonable(self._it.get_state()), "seed": self._seed,
+                "num_tasks": len(self._tasks), "num_taken": self.num_taken}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if state.get("seed") != self._seed or state.get("num_tasks") != len(self._tasks):
+            raise ValueError(
+                f"TaskStream.restore: checkpoint was written for seed={state.get('seed')} over "
+                f"{state.get('num_tasks')} tasks, this run has seed={self._seed} over {len(self._tasks)}; "
+                "resume with the same config.seed and config.env.split_kwargs")
+        self._it = iter(self._dataset)
+        self._it.set_state(state["grain"])
+        self.num_taken = int(state.get("num_taken", 0))
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {k: _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item"):
+        return x.item()
+    return x

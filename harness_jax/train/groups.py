@@ -1,0 +1,138 @@
+"""Rollout groups: rewards -> group-relative advantages, dynamic sampling, and the two hooks.
+
+A ``Group`` is the G episodes of one task. Between collection and packing, groups pass through
+``GroupPostProcessor``s (the hook where Harness-S's rescue lives: when every rollout under H0
+fails it replaces the group with attempts under helper harnesses) and then the dynamic-sampling
+filter (DAPO-style: skip zero-variance groups, or over-sample replacement tasks). Which harness
+a task is first rolled out under is the ``HarnessSelector`` hook (H0 by default; a fixed mixture
+or a router later).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
+
+import numpy as np
+
+from harness_jax.envs.base import Task
+from harness_jax.types import TokenSegment
+
+
+@dataclasses.dataclass
+class Episode:
+    """What the loop needs from one finished episode (adapted from the executor's trajectory)."""
+
+    episode_id: str
+    task: Task
+    harness_id: str
+    reward: float
+    success: bool
+    segments: list[TokenSegment]
+    policy_version: int               # oldest weight version among the episode's sampled tokens
+    num_turns: int = 0
+    infra_error: bool = False         # the environment/engine failed; not a task failure
+    trajectory: Any = None            # the executor's full record (for the store / post-processors)
+
+
+@dataclasses.dataclass
+class Group:
+    group_id: str
+    task: Task
+    episodes: list[Episode]
+    harness_id: str = ""
+    # bookkeeping for logging and for post-processors (e.g. the original failures of a rescue)
+    info: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return np.asarray([e.reward for e in self.episodes], np.float32)
+
+    @property
+    def zero_variance(self) -> bool:
+        r = self.rewards
+        return len(r) == 0 or bool(np.all(r == r[0]))
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean([e.success for e in self.episodes])) if self.episodes else 0.0
+
+
+# A rollout function the hooks may call: (task, harness, n, group_id) -> n episodes.
+RolloutFn = Callable[[Task, Any, int, str], Awaitable[list[Episode]]]
+
+
+class GroupPostProcessor(Protocol):
+    """Transforms a finished group before advantages are computed.
+
+    Return the group (possibly with replaced/extra episodes) or None to drop it. ``rollout`` runs
+    more episodes on the same engine (same policy version rules as the main collection).
+    """
+
+    async def __call__(self, group: Group, rollout: RolloutFn, step: int) -> Optional[Group]: ...
+
+
+class HarnessSelector(Protocol):
+    """Chooses the harness a task's group is rolled out under (default: the base harness H0)."""
+
+    def __call__(self, task: Task, step: int) -> Any: ...
+
+
+@dataclasses.dataclass
+class FixedHarness:
+    """The default selector: every task under one harness (H0)."""
+
+    harness: Any
+
+    def __call__(self, task: Task, step: int) -> Any:
+        return self.harness
+
+
+def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std",
+                       baseline: str = "mean") -> dict:
+    """Fills ``segment.advantage`` (and reward/group id) for every segment of every group.
+
+    Each group is normalised on its own (groups may differ in size after a rescue). All
+    segments of an episode share the episode's advantage (sequence-level advantage).
+    """
+    from harness_jax.rl import losses
+
+    zero = 0
+    for g in groups:
+        r_1G = g.rewards[None, :]
+        if r_1G.shape[1] < 2:
+            adv = np.zeros_like(r_1G)
+        else:
+            adv = np.asarray(losses.group_advantages(r_1G, eps=eps, scale=scale, baseline=baseline))
+        zero += int(g.zero_variance)
+        for ep, a in zip(g.episodes, adv[0]):
+            for seg in ep.segments:
+                seg.advantage = float(a)
+                seg.reward = float(ep.reward)
+                seg.group_id = g.group_id
+    return {"groups": len(groups), "zero_variance_groups": zero,
+            "zero_variance_fraction": zero / max(len(groups), 1)}
+
+
+def dynamic_sampling_filter(groups: Sequence[Group], mode: str) -> tuple[list[Group], list[Group]]:
+    """Splits groups into (kept, dropped) by the dynamic-sampling mode.
+
+    "off" keeps everything; "skip" and "oversample" drop zero-variance groups (oversampling then
+    asks the stream for replacement tasks, see ``loop``).
+    """
+    if mode == "off":
+        return list(groups), []
+    if mode not in ("skip", "oversample"):
+        raise ValueError(f"dynamic_sampling={mode!r}; use 'off', 'skip' or 'oversample'")
+    kept = [g for g in groups if not g.zero_variance]
+    dropped = [g for g in groups if g.zero_variance]
+    return kept, dropped
+
+
+def staleness_histogram(groups: Sequence[Group], learner_version: int) -> dict[int, int]:
+    """Counts episodes by (learner version - policy version that generated them)."""
+    hist: dict[int, int] = {}
+    for g in groups:
+        for e in g.episodes:
+            lag = int(learner_version - e.policy_version)
+            hist[lag] = hist.get(lag, 0) + 1
+    return dict(sorted(hist.items()))

@@ -1,0 +1,88 @@
+"""A small byte-level BPE tokenizer trained on an environment's *training* text (tiny CPU runs).
+
+Why: the real Qwen3.5 vocabulary has 248k tokens; for a tiny policy (hidden 64-128) the LM head
+then costs ~30x more FLOPs than the whole decoder, so a 2-core CPU spends almost all of its
+time on logits. ``model.tokenizer="task_bpe"`` trains a byte-level BPE (``tokenizers``) of
+``model.tokenizer_vocab`` tokens on text the training split exposes (the environment's
+instructions, the tasks' first observations, the oracle's replies and the observations they
+produce), plus the Qwen chat special tokens as single tokens, so the harness's chat format and
+the executor work unchanged. The byte alphabet is always included: any text is encodable, and
+the token stream stays exact (the executor never re-tokenises).
+
+The tokenizer is written to ``<workdir>/tokenizer`` on first use and loaded from there on
+resume, so a restarted run sees identical ids. Only train-split tasks are read (never
+selection/test), so evaluation text does not shape the vocabulary.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional
+
+from absl import logging
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                  "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+CORPUS_TASKS = 300
+
+
+def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
+    """Text of the environment's training interactions: instruction, task prompts, oracle replies
+    and the observations they produce (oracle episodes run in the real environment)."""
+    from harness_jax.train import builders
+
+    make_env = builders.env_factory(config)
+    env = make_env()
+    yield str(getattr(env, "instruction", "") or "")
+    for spec in env.tool_specs() or []:
+        yield str(spec)
+    tasks = builders.load_tasks(config, config.env.train_split, n=n_tasks, seed_offset=7919)
+    for task in tasks:
+        yield env.reset(task)
+        if config.env.name != "dbbench":
+            continue
+        from harness_jax.envs.dbbench.env import oracle_reply
+        from harness_jax.train.sft_warmstart import demo_replies
+        protocol = dict(config.env.kwargs).get("protocol", "text")
+        for text, action in zip(demo_replies(config, task), oracle_reply(task.data, protocol=protocol)):
+            yield text
+            res = env.step(action)
+            yield res.observation
+            if res.done:
+                break
+    env.close()
+    # the harness's own fixed texts (turn notes, hints) and common formatting
+    yield "Your reply could not be parsed. Action: Operation Action: Answer Final Answer: []"
+
+
+def train(config, out_dir: str, vocab_size: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(list(training_corpus(config)), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=[t for t in SPECIAL_TOKENS
+                                                              if t not in ("<|im_end|>", "<|endoftext|>")])
+    os.makedirs(out_dir, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    logging.info("trained task BPE tokenizer: %d tokens -> %s", len(fast), out_dir)
+    return fast
+
+
+def load(path: str):
+    from transformers import PreTrainedTokenizerFast
+    return PreTrainedTokenizerFast.from_pretrained(path)
+
+
+def load_or_train(config, workdir: Optional[str]):
+    if workdir is None:
+        raise ValueError("model.tokenizer='task_bpe' needs a workdir to keep the trained tokenizer")
+    path = os.path.join(workdir, "tokenizer")
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
+        return load(path)
+    return train(config, path, int(config.model.tokenizer_vocab))

@@ -1,0 +1,34 @@
+"""Agent GRPO training (thin main; the loop lives in harness_jax.train).
+
+    python launch/train.py --config=experiments/configs/tiny_cpu.py --workdir=/tmp/run \
+        [--config.rl.group_size=8 ...]
+
+Running the same command again resumes from <workdir>/checkpoints. SIGTERM saves a checkpoint
+and exits cleanly.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "checkpoints, metrics and traces go here")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    del argv
+    from harness_jax.train import runtime
+    runtime.initialize_and_log()          # multi-host init when the environment says so; logs devices
+    from harness_jax.train import loop
+    summary = loop.train(_CONFIG.value, _WORKDIR.value)
+    logging.info("done: %s", summary)
+
+
+if __name__ == "__main__":
+    import jax
+    jax.config.config_with_absl()
+    app.run(main)
