@@ -96,6 +96,51 @@ class Env(abc.ABC):
         return _run(self.aclose())
 
 
+class BlockingEnv(Env):
+    """An Env whose engine is blocking code (SQL drivers, game engines).
+
+    Subclasses implement ``_reset_sync``, ``_step_sync``, ``_evaluate_sync`` and
+    ``_close_sync``; the async API runs them in a worker thread (so many episodes share one
+    event loop) and the synchronous API calls them directly (no event loop per call).
+    """
+
+    @abc.abstractmethod
+    def _reset_sync(self, task) -> str: ...
+
+    @abc.abstractmethod
+    def _step_sync(self, action: Action) -> StepResult: ...
+
+    @abc.abstractmethod
+    def _evaluate_sync(self) -> dict: ...
+
+    @abc.abstractmethod
+    def _close_sync(self) -> None: ...
+
+    async def areset(self, task) -> str:
+        return await asyncio.to_thread(self._reset_sync, task)
+
+    async def astep(self, action: Action) -> StepResult:
+        return await asyncio.to_thread(self._step_sync, action)
+
+    async def aevaluate(self) -> dict:
+        return await asyncio.to_thread(self._evaluate_sync)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self._close_sync)
+
+    def reset(self, task) -> str:
+        return self._reset_sync(task)
+
+    def step(self, action: Action) -> StepResult:
+        return self._step_sync(action)
+
+    def evaluate(self) -> dict:
+        return self._evaluate_sync()
+
+    def close(self) -> None:
+        self._close_sync()
+
+
 def _run(coro):
     try:
         asyncio.get_running_loop()

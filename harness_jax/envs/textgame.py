@@ -13,14 +13,13 @@ Subclasses implement ``_load(task)`` and ``_play(command)`` on the real game eng
 from __future__ import annotations
 
 import abc
-import asyncio
 import dataclasses
 import math
 import re
 from collections import Counter
 from typing import Optional, Sequence
 
-from harness_jax.envs.base import Action, Env, StepResult, Task, ToolCall
+from harness_jax.envs.base import Action, BlockingEnv, StepResult, Task, ToolCall
 
 _ACTION_RE = re.compile(r"ACTION:\s*(.*)", re.IGNORECASE)
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
@@ -94,7 +93,7 @@ class GameObs:
     info: dict = dataclasses.field(default_factory=dict)
 
 
-class TextGameEnv(Env):
+class TextGameEnv(BlockingEnv):
     """Base of the text-game environments (see module docstring)."""
 
     instruction_text = ""
@@ -161,8 +160,6 @@ class TextGameEnv(Env):
         self._state = self._load(task)
         return self.render(self._state)
 
-    async def areset(self, task: Task) -> str:
-        return await asyncio.to_thread(self._reset_sync, task)
 
     def _finish(self, obs_text: str, status: str, info: dict) -> StepResult:
         self.done = True
@@ -236,24 +233,6 @@ class TextGameEnv(Env):
             return self._finish(text, "limit_reached", info)
         return StepResult(observation=text, reward=0.0, done=False, info=info)
 
-    async def astep(self, action: Action) -> StepResult:
-        return await asyncio.to_thread(self._step_sync, action)
-
-    async def aevaluate(self) -> dict:
-        return self._evaluate_sync()
-
-    # The synchronous API calls the implementation directly (no event loop per call).
-    def reset(self, task: Task) -> str:
-        return self._reset_sync(task)
-
-    def step(self, action: Action) -> StepResult:
-        return self._step_sync(action)
-
-    def evaluate(self) -> dict:
-        return self._evaluate_sync()
-
-    def close(self) -> None:
-        self._close_game()
 
     def _evaluate_sync(self) -> dict:
         if self.task is None:
@@ -266,5 +245,5 @@ class TextGameEnv(Env):
     def admissible_commands(self) -> list:
         return list(self._state.admissible) if self._state is not None else []
 
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self._close_game)
+    def _close_sync(self) -> None:
+        self._close_game()

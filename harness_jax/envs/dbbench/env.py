@@ -12,13 +12,12 @@ whatever the agent answered, also when the round limit ends the episode, as in v
 """
 from __future__ import annotations
 
-import asyncio
 import collections
 import json
 import threading
 from typing import Any, Optional, Union
 
-from harness_jax.envs.base import Action, Env, InfraError, StepResult, Task, ToolCall
+from harness_jax.envs.base import Action, BlockingEnv, InfraError, StepResult, Task, ToolCall
 from harness_jax.envs.dbbench import data as dbdata
 from harness_jax.envs.dbbench import protocol as proto
 from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, Session, TableSpec,
@@ -94,7 +93,7 @@ def gold_hash(engine: Engine, item: dict, tables: list[TableSpec]) -> tuple[Opti
     return result
 
 
-class DBBenchEnv(Env):
+class DBBenchEnv(BlockingEnv):
     """AgentBench DB environment.
 
     Args:
@@ -187,8 +186,6 @@ class DBBenchEnv(Env):
             raise InfraError(str(e)) from e
         return proto.question_text(task.data, self.protocol)
 
-    async def areset(self, task: Union[Task, dict]) -> str:
-        return await asyncio.to_thread(self._reset_sync, task)
 
     def _finish(self, status: str) -> dict:
         self.done = True
@@ -269,8 +266,6 @@ class DBBenchEnv(Env):
         return self._invalid(f"Unknown tool {action.name!r}. The tools are `execute_sql` and "
                              "`commit_final_answer`.", info)
 
-    async def astep(self, action: Action) -> StepResult:
-        return await asyncio.to_thread(self._step_sync, action)
 
     # -- scoring ---------------------------------------------------------------------------
     def _score(self) -> dict:
@@ -302,24 +297,7 @@ class DBBenchEnv(Env):
             return self._score()
         return dict(self._result)
 
-    async def aevaluate(self) -> dict:
-        return await asyncio.to_thread(self._evaluate_sync)
 
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self._close_sync)
-
-    # The synchronous API calls the implementation directly (no event loop per call).
-    def reset(self, task: Union[Task, dict]) -> str:
-        return self._reset_sync(task)
-
-    def step(self, action: Action) -> StepResult:
-        return self._step_sync(action)
-
-    def evaluate(self) -> dict:
-        return self._evaluate_sync()
-
-    def close(self) -> None:
-        self._close_sync()
 
     def _close_sync(self) -> None:
         self._close_session()
