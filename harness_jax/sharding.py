@@ -8,7 +8,7 @@ Every model parameter carries logical axis names in its ``out_sharding`` metadat
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import jax
 import numpy as np

@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import struct as _struct
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 from flax import nnx
 
-from .config import ConfigError, Qwen3_5Config
+from .config import Qwen3_5Config
 from .model import Qwen3_5ForCausalLM, layer_cycle
 
 log = logging.getLogger(__name__)
