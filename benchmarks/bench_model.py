@@ -23,6 +23,9 @@ import time
 
 import numpy as np
 
+# measure this checkout's package, not whichever copy of harness_jax happens to be installed
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _timeit(fn, warmup=1, iters=3):
     for _ in range(warmup):

@@ -15,6 +15,7 @@ new segment starts. ``seg_start_BT`` (bool) is True on the first token of every 
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import jax
@@ -22,6 +23,41 @@ import jax.numpy as jnp
 from jax import lax
 
 F32 = jnp.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# linear layers
+# ---------------------------------------------------------------------------------------------
+def _linear_fwd_impl(x, w, out_dtype):
+    return jnp.einsum("...d,fd->...f", x, w, preferred_element_type=out_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _linear(x, w, out_dtype):
+    return _linear_fwd_impl(x, w, out_dtype)
+
+
+def _linear_fwd(x, w, out_dtype):
+    return _linear_fwd_impl(x, w, out_dtype), (x, w)
+
+
+def _linear_bwd(out_dtype, res, g):
+    # Same math as autodiff of the einsum; the weight gradient is written as ``(x^T g)^T`` so XLA
+    # folds the transpose into the dot instead of materialising a transposed copy of the (large)
+    # output cotangent before the matmul (on CPU that copy cost as much as the matmul itself).
+    x, w = res
+    lead = "abceghijklmnopqr"[: x.ndim - 1]  # no "d" or "f"
+    dx = jnp.einsum("...f,fd->...d", g, w, preferred_element_type=F32).astype(x.dtype)
+    dw = jnp.einsum(f"{lead}d,{lead}f->df", x, g, preferred_element_type=F32).T.astype(w.dtype)
+    return dx, dw
+
+
+_linear.defvjp(_linear_fwd, _linear_bwd)
+
+
+def linear(x, w_FD, out_dtype=None):
+    """``x @ w^T`` with an HF ``[out, in]`` weight (``out_dtype`` defaults to x's dtype)."""
+    return _linear(x, w_FD, jnp.dtype(out_dtype or x.dtype))
 
 
 # ---------------------------------------------------------------------------------------------

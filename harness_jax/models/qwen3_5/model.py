@@ -47,7 +47,7 @@ class Linear(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x):
-        y = jnp.einsum("...d,fd->...f", x.astype(self.dtype), self.weight[...].astype(self.dtype))
+        y = K.linear(x.astype(self.dtype), self.weight[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -491,8 +491,7 @@ class Qwen3_5ForCausalLM(nnx.Module):
     def lm_logits(self, hidden_BTD):
         """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
         w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
-        return jnp.einsum("...d,vd->...v", hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype),
-                          preferred_element_type=jnp.float32)
+        return K.linear(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
 
     def __call__(self, input_ids_BT, segment_ids=None, positions=None):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))

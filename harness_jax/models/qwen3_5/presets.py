@@ -35,13 +35,13 @@ PRESETS = {
         vocab_size=8192, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
         num_attention_heads=4, num_key_value_heads=1, head_dim=64, linear_key_head_dim=32,
         linear_value_head_dim=32, linear_num_key_heads=4, linear_num_value_heads=8,
-        mrope_section=(3, 3, 2), tie_word_embeddings=True),
+        mrope_section=(3, 3, 2), tie_word_embeddings=True, gdn_chunk_size=32),
     # ~80M parameters (12 layers = 3 cycles)
     "medium_80m": lambda: Qwen3_5Config(
         vocab_size=16384, hidden_size=640, intermediate_size=1920, num_hidden_layers=12,
         num_attention_heads=8, num_key_value_heads=2, head_dim=64, linear_key_head_dim=64,
         linear_value_head_dim=64, linear_num_key_heads=4, linear_num_value_heads=8,
-        mrope_section=(3, 3, 2), tie_word_embeddings=True),
+        mrope_section=(3, 3, 2), tie_word_embeddings=True, gdn_chunk_size=32),
     # transformers' default Qwen3_5TextConfig ("Qwen3.5-9B style")
     "9b": lambda: Qwen3_5Config(
         vocab_size=248320, hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
