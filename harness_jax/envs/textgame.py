@@ -126,7 +126,13 @@ class TextGameEnv(BlockingEnv):
         """Sends one admissible (or free) command to the game."""
 
     def _close_game(self) -> None:
-        return None
+        """Closes the engine's game object (``self._game``, set by ``_load``), if any."""
+        game = getattr(self, "_game", None)
+        if game is not None:
+            try:
+                game.close()
+            finally:
+                self._game = None
 
     # -- protocol ------------------------------------------------------------------------
     @property

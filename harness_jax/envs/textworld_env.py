@@ -151,12 +151,6 @@ class TextWorldEnv(TextGameEnv):
             gs, _, done = self._game.step(command)
         return self._obs(gs, done=bool(done))
 
-    def _close_game(self) -> None:
-        if self._game is not None:
-            try:
-                self._game.close()
-            finally:
-                self._game = None
 
 
 # A small mix of recipes per split; seeds come from the split's own stream.

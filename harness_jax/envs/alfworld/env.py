@@ -143,12 +143,6 @@ class ALFWorldEnv(TextGameEnv):
             gs, _, done = self._game.step(command)
         return self._obs(gs)
 
-    def _close_game(self) -> None:
-        if self._game is not None:
-            try:
-                self._game.close()
-            finally:
-                self._game = None
 
 
 def generated_tasks(n: int, seed: int = 0, split: str = "train",
