@@ -137,3 +137,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.log.peak_flops = 0.0                # per-device peak FLOP/s for MFU (0 = measure a matmul at start-up on CPU)
     c.log.store_traces = True             # full traces in <workdir>/traces (trajectory store)
     return c
+
+
+def use_dbbench_mariadb(c: ml_collections.ConfigDict) -> None:
+    """The accelerator presets' DBBench set-up (shared so GPU and TPU runs are comparable)."""
+    c.env.kwargs = dict(engine="mariadb", protocol="function", max_rounds=15)  # faithful MySQL engine, tool calls
+    c.env.split_kwargs = dict(n=20000, seed=0)  # generated training tasks (n per split)
+    c.env.max_turns = 15                  # AgentBench's 15 rounds

@@ -68,9 +68,7 @@ def get_config():
     c.rollout.concurrency = 256           # episodes in flight across the 4 servers
     c.rollout.max_len = 16384             # prompt + 15 rounds
 
-    c.env.kwargs = dict(engine="mariadb", protocol="function", max_rounds=15)  # faithful MySQL engine, tool calls
-    c.env.split_kwargs = dict(n=20000, seed=0)  # generated training tasks (n per split)
-    c.env.max_turns = 15                  # AgentBench's 15 rounds
+    common.use_dbbench_mariadb(c)         # MariaDB, function calling, 15 rounds, generated tasks
 
     c.rl.group_size = 8                   # G
     c.rl.tasks_per_step = 32              # 256 episodes per step

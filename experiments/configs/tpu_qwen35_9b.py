@@ -51,9 +51,7 @@ def get_config():
     c.rollout.max_new_tokens = 512        # per turn
     c.rollout.concurrency = 64            # episodes in flight (= slots)
 
-    c.env.kwargs = dict(engine="mariadb", protocol="function", max_rounds=15)  # faithful MySQL engine, tool calls
-    c.env.split_kwargs = dict(n=20000, seed=0)  # generated training tasks (n per split)
-    c.env.max_turns = 15                  # AgentBench's 15 rounds
+    common.use_dbbench_mariadb(c)         # MariaDB, function calling, 15 rounds, generated tasks
 
     c.rl.group_size = 8                   # G
     c.rl.tasks_per_step = 64              # 512 episodes per step
