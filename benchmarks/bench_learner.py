@@ -1,6 +1,6 @@
 """Learner throughput and MFU on CPU vs this machine's fp32 matmul peak and vs transformers.
 
-    python -m benchmarks.bench_learner --preset medium_80m --rows 4 --seq 256 --steps 3
+    python -m benchmarks.bench_learner --preset medium_80m --rows 4 --seq 512 --steps 2
 
 Measures, in one process and on the same batch:
   1. the fp32 matmul peak of this machine (jnp.dot of 2048^2 matrices, best of several);
@@ -54,11 +54,13 @@ def main():
     ap.add_argument("--micro", type=int, default=1)
     ap.add_argument("--logit_chunk", type=int, default=128)
     ap.add_argument("--skip_torch", action="store_true")
-    ap.add_argument("--eigen_threads", action="store_true",
-                    help="keep XLA:CPU's multi-threaded Eigen (deadlocked on small_10m train steps with "
-                         "jaxlib 0.10.2 on this machine; off by default, so JAX and torch both run 1 thread)")
+    ap.add_argument("--single_thread", action="store_true",
+                    help="XLA flag --xla_cpu_multi_thread_eigen=false and torch.set_num_threads(1). Not a "
+                         "like-for-like setting: XLA:CPU's YNNPACK matmuls still use every core (jaxlib 0.10.2), "
+                         "so the default runs both sides multi-threaded. Kept because multi-threaded Eigen "
+                         "deadlocked once on the small_10m train step on a loaded machine.")
     args = ap.parse_args()
-    if not args.eigen_threads:
+    if args.single_thread:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 
     import jax
@@ -112,8 +114,8 @@ def main():
         import torch
         import transformers
         torch.manual_seed(0)
-        if not args.eigen_threads:
-            torch.set_num_threads(1)            # like for like with single-threaded XLA:CPU
+        if args.single_thread:
+            torch.set_num_threads(1)
         hf_cfg = cfg.to_hf_dict()
         cls = transformers.Qwen3_5MoeForCausalLM if cfg.is_moe else transformers.Qwen3_5ForCausalLM
         conf_cls = transformers.Qwen3_5MoeTextConfig if cfg.is_moe else transformers.Qwen3_5TextConfig
