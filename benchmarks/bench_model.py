@@ -56,6 +56,7 @@ def bench_speed(preset, batch, seq, peak, iters):
     import transformers
     from flax import nnx
     from harness_jax.models import qwen3_5
+    from harness_jax.rl.logprobs import logprobs_from_hidden
 
     cfg = qwen3_5.presets.get(preset)
     torch.manual_seed(0)
@@ -77,12 +78,11 @@ def bench_speed(preset, batch, seq, peak, iters):
 
     def loss(st, x):
         # next-token cross-entropy over positions 0..T-2 (what HF's ``labels=`` loss computes),
-        # as logsumexp - target logit on the unsliced logits (no [B, T-1, V] copies)
-        logits = nnx.merge(gd, st)(x)
-        nxt = jnp.roll(x, -1, axis=1)
+        # through the learner's own log-prob path on the unsliced logits
+        m = nnx.merge(gd, st)
+        logp, _ = logprobs_from_hidden(m.lm_logits, m.hidden_states(x), jnp.roll(x, -1, axis=1))
         w = (jnp.arange(x.shape[1]) < x.shape[1] - 1).astype(jnp.float32)
-        nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, nxt[..., None], -1)[..., 0]
-        return jnp.sum(nll * w) / (x.shape[0] * (x.shape[1] - 1))
+        return -jnp.sum(logp * w) / (x.shape[0] * (x.shape[1] - 1))
 
     grad = jax.jit(jax.grad(loss))
     x = jnp.asarray(ids)

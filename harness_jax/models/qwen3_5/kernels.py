@@ -265,6 +265,11 @@ def recurrent_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BN
     return jnp.moveaxis(o_TBNE, 0, 1).astype(dtype), S
 
 
+def _bmm(a, b):
+    """Batched matmul over the last two axes at full fp32 precision (also on TPU/GPU)."""
+    return jnp.einsum("...ij,...jk->...ik", a, b, precision=lax.Precision.HIGHEST)
+
+
 def _unit_lower_inverse_doubling(a_XLL):
     L = a_XLL.shape[-1]
     eye = jnp.eye(L, dtype=a_XLL.dtype)
@@ -273,8 +278,8 @@ def _unit_lower_inverse_doubling(a_XLL):
     p_XLL = n_XLL
     k = 2
     while k < L:
-        p_XLL = jnp.einsum("...ij,...jk->...ik", p_XLL, p_XLL, precision=lax.Precision.HIGHEST)
-        inv_XLL = jnp.einsum("...ij,...jk->...ik", inv_XLL, eye + p_XLL, precision=lax.Precision.HIGHEST)
+        p_XLL = _bmm(p_XLL, p_XLL)
+        inv_XLL = _bmm(inv_XLL, eye + p_XLL)
         k *= 2
     return inv_XLL
 
@@ -298,17 +303,15 @@ def _unit_lower_inverse_fwd(a_XLL):
 
 
 def _unit_lower_inverse_bwd(inv_XLL, d_XLL):
-    inv_t = jnp.swapaxes(inv_XLL, -1, -2)
-    hi = lax.Precision.HIGHEST
-    return (-jnp.einsum("...ij,...jk->...ik", jnp.einsum("...ij,...jk->...ik", inv_t, d_XLL, precision=hi),
-                        inv_t, precision=hi),)
+    inv_t_XLL = jnp.swapaxes(inv_XLL, -1, -2)
+    return (-_bmm(_bmm(inv_t_XLL, d_XLL), inv_t_XLL),)
 
 
 unit_lower_inverse.defvjp(_unit_lower_inverse_fwd, _unit_lower_inverse_bwd)
 
 
 def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None,
-                            seg_start_BT=None, chunk_size: int = 64, use_qk_l2norm: bool = True):
+                           seg_start_BT=None, chunk_size: int = 64, use_qk_l2norm: bool = True):
     """Chunked (WY / UT-transform) gated delta rule; exact, O(T) in sequence length.
 
     Within a chunk of L tokens with cumulative log-decay c_t, the per-token updates
@@ -347,7 +350,7 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
     g_MBHGL = to_chunks(g_BTN.astype(F32).reshape(B, T, Hk, G), 0)
     beta_MBHGL = to_chunks(beta_BTN.astype(F32).reshape(B, T, Hk, G), 0)
     starts = jnp.zeros((B, T), bool) if seg_start_BT is None else seg_start_BT
-    if state_BNAE is None:
+    if state_BNAE is None:  # token 0 "starts" with a zero state either way
         starts = starts.at[:, 0].set(False)
     r_MBL = jnp.cumsum(to_chunks(starts.astype(jnp.int32), 0), axis=-1)
     c_MBHGL = jnp.cumsum(g_MBHGL, axis=-1)
