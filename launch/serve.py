@@ -22,6 +22,8 @@ flags.DEFINE_string("dtype", "bfloat16", "Weights / activations dtype: float32 o
 flags.DEFINE_string("served_model_name", "", "Name reported by /model_info and /v1/models.")
 flags.DEFINE_string("weight_version", "0", "Initial weight version.")
 flags.DEFINE_integer("seed", 0, "Seeds engine-chosen per-request seeds.")
+flags.DEFINE_bool("incremental_streaming_output", False,
+                  "Streamed /generate chunks carry only the new tokens (default: cumulative, like SGLang).")
 
 
 def main(argv):
@@ -30,7 +32,7 @@ def main(argv):
     server = build_server(FLAGS.model_path, tokenizer_path=FLAGS.tokenizer_path, max_slots=FLAGS.max_slots,
                           max_len=FLAGS.max_len, decode_steps=FLAGS.decode_steps, dtype=FLAGS.dtype,
                           served_model_name=FLAGS.served_model_name, weight_version=FLAGS.weight_version,
-                          seed=FLAGS.seed)
+                          seed=FLAGS.seed, incremental_streaming_output=FLAGS.incremental_streaming_output)
     logging.info("serving %s on http://%s:%d", FLAGS.model_path, FLAGS.host, FLAGS.port)
     server.serve_forever(FLAGS.host, FLAGS.port)
 

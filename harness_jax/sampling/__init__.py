@@ -4,10 +4,10 @@
 lazy so that ``from harness_jax.sampling import SGLangClient`` does not compile anything.
 """
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
-                                        GenerateResult, RolloutEngine, SamplingParams)
+                                        GenerateResult, RolloutEngine, SamplingParams, StreamChunk)
 
 __all__ = ["JaxEngine", "SamplingParams", "SGLangClient", "GenerateRequest", "GenerateResult",
-           "RolloutEngine", "EngineServer", "OpenAIChatClient", "ChatClientConfig",
+           "RolloutEngine", "StreamChunk", "EngineServer", "OpenAIChatClient", "ChatClientConfig",
            "WeightSyncReport", "FINISH_STOP", "FINISH_LENGTH", "FINISH_ABORT"]
 
 _LAZY = {

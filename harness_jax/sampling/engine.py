@@ -25,10 +25,11 @@ import concurrent.futures
 import dataclasses
 import functools
 import logging
+import queue
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +38,7 @@ from flax import nnx
 
 from harness_jax.sampling.sampler import sample_tokens
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
-                                        GenerateResult, RolloutEngine, SamplingParams)
+                                        GenerateResult, RolloutEngine, SamplingParams, StreamChunk)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class _Active:
     abort_message: Optional[str] = None
     stop_reason: Any = None
     finish: Optional[str] = None
+    on_chunk: Optional[Callable[[StreamChunk], None]] = None   # streaming callback
 
 
 @dataclasses.dataclass
@@ -235,14 +237,28 @@ class JaxEngine(RolloutEngine):
     def weight_version(self) -> int:
         return self._version
 
-    def submit(self, request: GenerateRequest) -> concurrent.futures.Future:
-        """Queues a request; the future resolves to a ``GenerateResult``."""
-        return self.submit_many([request])[0]
+    def submit(self, request: GenerateRequest,
+               on_chunk: Optional[Callable[[StreamChunk], None]] = None) -> concurrent.futures.Future:
+        """Queues a request; the future resolves to a ``GenerateResult``.
 
-    def submit_many(self, requests: Sequence[GenerateRequest]) -> list[concurrent.futures.Future]:
+        ``on_chunk`` (optional) streams it: it is called on the engine's scheduler thread with
+        a ``StreamChunk`` after every step that produced tokens for this request, and once more
+        with the final ``result``. It must return quickly (hand the chunk to a queue); an
+        exception in it is logged and the request goes on unstreamed.
+        """
+        return self.submit_many([request], on_chunk=None if on_chunk is None else [on_chunk])[0]
+
+    def submit_many(self, requests: Sequence[GenerateRequest],
+                    on_chunk: Optional[Sequence[Optional[Callable[[StreamChunk], None]]]] = None
+                    ) -> list[concurrent.futures.Future]:
         """Queues several requests atomically (they are admitted together: one prefill step
-        instead of one per request when the engine is idle). Validates all before queueing."""
+        instead of one per request when the engine is idle). Validates all before queueing.
+        ``on_chunk``: one streaming callback (or None) per request, see ``submit``."""
+        if on_chunk is not None and len(on_chunk) != len(requests):
+            raise ValueError(f"submit_many: {len(on_chunk)} on_chunk callbacks for {len(requests)} requests")
         acts = [self._prepare(r) for r in requests]
+        for act, cb in zip(acts, on_chunk or [None] * len(acts)):
+            act.on_chunk = cb
         with self._cv:
             if self._closed:
                 raise EngineClosedError("JaxEngine is closed")
@@ -276,6 +292,29 @@ class JaxEngine(RolloutEngine):
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await asyncio.wrap_future(self.submit(request))
+
+    def stream(self, request: GenerateRequest, timeout: Optional[float] = None) -> Iterator[StreamChunk]:
+        """Generates ``request`` and yields ``StreamChunk``s as the engine produces tokens (one
+        per scheduler step that emitted some: up to ``decode_steps`` tokens each); the last
+        chunk carries the ``GenerateResult``. Closing the generator early aborts the request.
+        ``timeout``: seconds to wait for each chunk (``queue.Empty`` past it; None = forever).
+        """
+        q: queue.Queue = queue.Queue()
+        fut = self.submit(request, on_chunk=q.put)
+        # a failed step / closed engine fails the future without a final chunk: wake the reader
+        fut.add_done_callback(lambda f: q.put(None) if f.exception() is not None else None)
+        done = False
+        try:
+            while not done:
+                chunk = q.get(timeout=timeout)
+                if chunk is None:
+                    done = True
+                    raise fut.exception()
+                done = chunk.result is not None
+                yield chunk
+        finally:
+            if not done:
+                self.abort(request.request_id, message="Abort by closed stream")
 
     def generate_sync(self, request: GenerateRequest) -> GenerateResult:
         return self.submit(request).result()
@@ -408,7 +447,9 @@ class JaxEngine(RolloutEngine):
                 self._cv.notify_all()
                 self._cv.wait(timeout=0.05)
 
-    def _finish(self, slot: Optional[_Slot], act: _Active, reason: str) -> None:
+    def _finish(self, slot: Optional[_Slot], act: _Active, reason: str, streamed: Optional[int] = None) -> None:
+        """Resolves the request; ``streamed``: tokens already streamed (the final chunk carries
+        the rest; default all of them)."""
         act.finish = reason
         res = GenerateResult(
             request_id=act.request.request_id, token_ids=list(act.out_tokens),
@@ -420,8 +461,21 @@ class JaxEngine(RolloutEngine):
         if slot is not None:
             slot.active = None
             slot.last_used = time.monotonic()
+        n0 = len(act.out_tokens) if streamed is None else streamed
+        self._stream(act, act.out_tokens[n0:], act.out_logprobs[n0:], act.out_versions[n0:], res)
         if not act.future.done():
             act.future.set_result(res)
+
+    @staticmethod
+    def _stream(act: _Active, toks: list, lps: list, versions: list,
+                result: Optional[GenerateResult] = None) -> None:
+        if act.on_chunk is None or (not toks and result is None):
+            return
+        try:
+            act.on_chunk(StreamChunk(act.request.request_id, list(toks), list(lps), list(versions), result))
+        except Exception:   # a broken consumer must not stop the engine
+            log.exception("on_chunk callback of %s failed; streaming stopped", act.request.request_id)
+            act.on_chunk = None
 
     def _apply_controls(self) -> None:
         """Runs under the lock, between steps."""
@@ -651,6 +705,7 @@ class JaxEngine(RolloutEngine):
             s.fed.extend(toks[:-1])
         used = 0
         finished = None
+        n0 = len(act.out_tokens)
         for t, l in zip(toks, lps):
             act.out_tokens.append(t)
             act.out_logprobs.append(l)
@@ -669,7 +724,9 @@ class JaxEngine(RolloutEngine):
             s.valid = False   # the row consumed tokens past the end of this request
         act.pending = [act.out_tokens[-1]] if act.out_tokens else act.pending
         if finished:
-            self._finish(s, act, finished)
+            self._finish(s, act, finished, streamed=n0)
+        else:
+            self._stream(act, act.out_tokens[n0:], act.out_logprobs[n0:], act.out_versions[n0:])
 
     def _stop_string_hit(self, act: _Active) -> bool:
         stops = act.request.params.stop

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
@@ -121,11 +122,15 @@ class EngineServer:
       model_path / served_model_name: reported by ``/model_info``.
       load_model_fn: ``path -> nnx model`` for ``/update_weights_from_disk`` (default
         ``qwen3_5.load_hf(path, dtype=...)``).
+      incremental_streaming_output: streamed ``/generate`` chunks carry only the new tokens
+        (SGLang's ``--incremental-streaming-output``); default cumulative chunks.
     """
 
     def __init__(self, engine, tokenizer=None, model_path: str = "", served_model_name: str = "",
-                 load_model_fn: Optional[Callable[[str], Any]] = None, dtype: str = "float32"):
+                 load_model_fn: Optional[Callable[[str], Any]] = None, dtype: str = "float32",
+                 incremental_streaming_output: bool = False):
         self.engine = engine
+        self.incremental_streaming_output = bool(incremental_streaming_output)
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.served_model_name = served_model_name or model_path or "harness_jax"
@@ -181,7 +186,8 @@ class EngineServer:
         except ValueError as e:
             raise BadRequest("input_ids", str(e))
 
-    def generate(self, body: dict) -> Any:
+    def _parse_generate(self, body: Any):
+        """Validates a ``/generate`` body -> (inputs, parsed params, rids, return_logprob, single)."""
         _req(isinstance(body, dict), "body", "must be a JSON object")
         n_inputs = sum(body.get(k) is not None for k in ("text", "input_ids", "input_embeds"))
         _req(n_inputs == 1, "input_ids", "give exactly one of text / input_ids (input_embeds is unsupported)")
@@ -226,35 +232,99 @@ class EngineServer:
              and all(isinstance(r, str) for r in rids), "rid", "must be unique strings, one per input")
         ret_lp = body.get("return_logprob", False)
         ret_lp = ret_lp if isinstance(ret_lp, list) else [ret_lp] * len(inputs)
+        return inputs, parsed, rids, ret_lp, single
+
+    def _output(self, ids, extras, rid, token_ids, logprobs, lp: bool, t0: float, body: dict,
+                res: Optional[GenerateResult] = None) -> dict:
+        """One SGLang ``/generate`` output object; ``res=None`` makes a streaming chunk of a
+        running request (``finish_reason`` null)."""
+        meta = {"id": rid, "finish_reason": None if res is None else sglang_finish_reason(res),
+                "prompt_tokens": len(ids), "completion_tokens": len(token_ids),
+                "cached_tokens": 0 if res is None else res.cached_tokens,
+                "weight_version": self.weight_version if res is None else self._version_of(res),
+                "e2e_latency": time.time() - t0}
+        if res is not None and res.token_versions:
+            spans, start = [], 0
+            for i in range(1, len(res.token_versions) + 1):
+                if i == len(res.token_versions) or res.token_versions[i] != res.token_versions[start]:
+                    spans.append({"version": str(res.token_versions[start]), "start": start, "end": i})
+                    start = i
+            meta["weight_versions"] = spans
+        if lp:
+            meta["output_token_logprobs"] = [[l, t, None] for l, t in zip(logprobs, token_ids)]
+            meta["output_token_logprobs_length"] = len(token_ids)
+        text = ""
+        if self.tokenizer is not None and token_ids:
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=extras["skip_special_tokens"])
+            stop = None if res is None else res.stop_reason
+            if isinstance(stop, str) and not extras["no_stop_trim"]:
+                text = text[:text.rfind(stop)] if stop in text else text
+        out = {"text": text, "output_ids": list(token_ids), "meta_info": meta}
+        if body.get("return_prompt_token_ids"):
+            out["prompt_token_ids"] = ids
+        return out
+
+    def generate(self, body: dict) -> Any:
+        inputs, parsed, rids, ret_lp, single = self._parse_generate(body)
         t0 = time.time()
         futs = self._submit_many([(ids, p, rid) for ids, (p, _), rid in zip(inputs, parsed, rids)])
         outs = []
         for ids, (p, extras), rid, fut, lp in zip(inputs, parsed, rids, futs, ret_lp):
             res: GenerateResult = fut.result()
-            meta = {"id": rid, "finish_reason": sglang_finish_reason(res),
-                    "prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
-                    "cached_tokens": res.cached_tokens, "weight_version": self._version_of(res),
-                    "e2e_latency": time.time() - t0}
-            if res.token_versions:
-                spans, start = [], 0
-                for i in range(1, len(res.token_versions) + 1):
-                    if i == len(res.token_versions) or res.token_versions[i] != res.token_versions[start]:
-                        spans.append({"version": str(res.token_versions[start]), "start": start, "end": i})
-                        start = i
-                meta["weight_versions"] = spans
-            if lp:
-                meta["output_token_logprobs"] = [[l, t, None] for l, t in zip(res.logprobs, res.token_ids)]
-                meta["output_token_logprobs_length"] = len(res.token_ids)
-            text = ""
-            if self.tokenizer is not None and res.token_ids:
-                text = self.tokenizer.decode(res.token_ids, skip_special_tokens=extras["skip_special_tokens"])
-                if isinstance(res.stop_reason, str) and not extras["no_stop_trim"]:
-                    text = text[:text.rfind(res.stop_reason)] if res.stop_reason in text else text
-            out = {"text": text, "output_ids": list(res.token_ids), "meta_info": meta}
-            if body.get("return_prompt_token_ids"):
-                out["prompt_token_ids"] = ids
-            outs.append(out)
+            outs.append(self._output(ids, extras, rid, res.token_ids, res.logprobs, lp, t0, body, res))
         return outs[0] if single and len(outs) == 1 else outs
+
+    def generate_stream(self, body: dict) -> Iterator[dict]:
+        """``/generate`` with ``stream: true``: yields one output object per engine step that
+        produced tokens (at most ``decode_steps`` tokens apart; ``sampling_params.stream_interval``
+        = N waits for N new tokens between chunks), the last one with its ``finish_reason``.
+        Chunks are cumulative like SGLang's default (text, output_ids, output_token_logprobs),
+        or deltas when the server runs with ``incremental_streaming_output``. One input per
+        streaming request. Validation happens before the first chunk (a 400 is still possible);
+        closing the generator (client gone) aborts the request.
+        """
+        inputs, parsed, rids, ret_lp, single = self._parse_generate(body)
+        _req(len(inputs) == 1, "stream", "streaming takes one input per request; send a batch with stream=false")
+        interval = (body.get("sampling_params") or {}).get("stream_interval") or 1
+        _req(isinstance(interval, int) and interval >= 1, "sampling_params.stream_interval", "must be an int >= 1")
+        ids, (params, extras), rid, lp = inputs[0], parsed[0], rids[0], ret_lp[0]
+        self._gate.wait()
+        q: "queue.Queue" = queue.Queue()
+        try:
+            fut = self.engine.submit(GenerateRequest(input_ids=ids, params=params, request_id=rid), on_chunk=q.put)
+        except ValueError as e:
+            raise BadRequest("input_ids", str(e))
+        fut.add_done_callback(lambda f: q.put(None) if f.exception() is not None else None)
+        return _Stream(self._stream_chunks(ids, extras, rid, lp, body, interval, q, fut),
+                       lambda: None if fut.done() else self.engine.abort(rid, message="Abort by client disconnect"))
+
+    def _stream_chunks(self, ids, extras, rid, lp, body, interval, q, fut) -> Iterator[dict]:
+        t0 = time.time()
+        toks: list = []
+        lps: list = []
+        sent, sent_text = 0, ""
+        while True:
+            chunk = q.get()
+            if chunk is None:
+                raise fut.exception()
+            toks += chunk.token_ids
+            lps += chunk.logprobs
+            if chunk.result is None and len(toks) - sent < interval:
+                continue
+            out = self._output(ids, extras, rid, toks, lps, lp, t0, body, chunk.result)
+            if self.incremental_streaming_output:   # deltas; text sliced from the cumulative decode
+                text = out["text"]
+                out["text"] = text[len(sent_text):] if text.startswith(sent_text) else text
+                out["output_ids"] = out["output_ids"][sent:]
+                if lp:
+                    out["meta_info"]["output_token_logprobs"] = out["meta_info"]["output_token_logprobs"][sent:]
+                    out["meta_info"]["output_token_logprobs_length"] = len(toks) - sent
+                sent_text = text
+            sent = len(toks)
+            yield out
+            if chunk.result is not None:
+                return
+
 
     def model_info(self) -> dict:
         cfg = getattr(self.engine, "config", None)
@@ -399,6 +469,21 @@ class EngineServer:
         return out
 
 
+class _Stream:
+    """An iterator of stream chunks whose ``close`` also aborts the request if it still runs
+    (the client went away, or the handler stopped early)."""
+
+    def __init__(self, chunks: Iterator[dict], abort: Callable[[], None]):
+        self._chunks, self._abort = chunks, abort
+
+    def __iter__(self):
+        return self._chunks
+
+    def close(self) -> None:
+        self._chunks.close()
+        self._abort()
+
+
 class _Handler(BaseHTTPRequestHandler):
     app: EngineServer
     protocol_version = "HTTP/1.1"
@@ -406,18 +491,40 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):   # route through logging, not stderr
         log.debug("%s - " + fmt, self.address_string(), *args)
 
-    def _send(self, status: int, obj: Any, sse: bool = False) -> None:
-        if sse:
-            data = (f"data: {json.dumps(obj)}\n\n" + "data: [DONE]\n\n").encode()
-            ctype = "text/event-stream"
-        else:
-            data = json.dumps(obj).encode()
-            ctype = "application/json"
+    def _send(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
         self.send_response(status)
-        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _send_sse(self, chunks: "_Stream") -> None:
+        """Server-Sent Events: ``data: {json}`` per chunk, then ``data: [DONE]``; the connection
+        closes at the end (no Content-Length). A client that goes away aborts the request."""
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for obj in chunks:
+                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("stream client went away; request aborted")
+        except Exception as e:   # headers are out: report in-band, like SGLang's error chunk
+            log.exception("stream failed")
+            try:
+                self.wfile.write(f"data: {json.dumps({'error': {'message': f'{type(e).__name__}: {e}', 'field': None}})}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+            except OSError:
+                pass
+        finally:
+            chunks.close()   # aborts the request if it has not finished
 
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)
@@ -445,8 +552,9 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._body() if method in ("POST", "PUT") else {}
             if path == "/generate" and method in ("POST", "PUT"):
-                out = app.generate(body)
-                return self._send(200, out, sse=bool(isinstance(body, dict) and body.get("stream")))
+                if isinstance(body, dict) and body.get("stream"):
+                    return self._send_sse(app.generate_stream(body))
+                return self._send(200, app.generate(body))
             if path in ("/health", "/ready"):
                 return self._send(200, {})
             if path == "/health_generate":
@@ -497,7 +605,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 def build_server(model_path: str, *, tokenizer_path: Optional[str] = None, max_slots: int = 8,
                  max_len: int = 4096, decode_steps: int = 8, dtype: str = "bfloat16",
-                 served_model_name: str = "", weight_version: str = "0", seed: int = 0) -> EngineServer:
+                 served_model_name: str = "", weight_version: str = "0", seed: int = 0,
+                 incremental_streaming_output: bool = False) -> EngineServer:
     """Loads a checkpoint into a ``JaxEngine`` and wraps it in an ``EngineServer`` (not started)."""
     import jax.numpy as jnp
 
@@ -517,6 +626,7 @@ def build_server(model_path: str, *, tokenizer_path: Optional[str] = None, max_s
                        decode_steps=decode_steps, seed=seed, weight_version=version,
                        cache_dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
     server = EngineServer(engine, tokenizer=tokenizer, model_path=model_path,
-                          served_model_name=served_model_name, dtype=dtype)
+                          served_model_name=served_model_name, dtype=dtype,
+                          incremental_streaming_output=incremental_streaming_output)
     server.weight_version = str(weight_version)
     return server

@@ -67,6 +67,20 @@ class GenerateResult:
     message: str = ""                 # why it aborted, when it did
 
 
+@dataclasses.dataclass
+class StreamChunk:
+    """What a streaming request produced since the previous chunk.
+
+    ``token_ids`` / ``logprobs`` / ``token_versions`` are the *new* tokens (a delta); the last
+    chunk of a request carries the final ``result`` (its delta may be empty, e.g. an abort).
+    """
+    request_id: str
+    token_ids: list[int]
+    logprobs: list[float]
+    token_versions: list[int]
+    result: Optional[GenerateResult] = None
+
+
 class RolloutEngine(abc.ABC):
     """Async token-in/token-out generation with behaviour log-probabilities."""
 

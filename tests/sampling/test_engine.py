@@ -1,6 +1,7 @@
 """Embedded JaxEngine on the tiny random Qwen3.5 checkpoints (dense and MoE)."""
 import concurrent.futures
 import dataclasses
+import time
 
 import jax
 import jax.numpy as jnp
@@ -126,6 +127,39 @@ def test_stop_ids_and_strings(dense_engine, tokenizer):
     r = dense_engine.generate_batch([PROMPTS[1]], SamplingParams(max_new_tokens=5, temperature=0.0,
                                                                  ignore_eos=True))[0]
     assert r.finish_reason == "length" and len(r.token_ids) == 5
+
+
+def test_stream_yields_deltas_that_add_up_to_the_result(dense_engine, tokenizer):
+    """Streaming: one chunk per scheduler step (decode_steps=4 tokens at most), deltas whose
+    concatenation is the final result, equal to the unstreamed request; stop strings still
+    trim what is streamed; closing the stream early aborts the request."""
+    g = SamplingParams(max_new_tokens=18, temperature=0.0, ignore_eos=True)
+    ref = dense_engine.generate_batch([PROMPTS[1]], g)[0]
+    chunks = list(dense_engine.stream(GenerateRequest(PROMPTS[1], g, "streamed"), timeout=120))
+    assert len(chunks) >= 18 // 4 and chunks[-1].result is not None
+    assert all(c.result is None for c in chunks[:-1]) and all(len(c.token_ids) <= 4 for c in chunks)
+    toks = [t for c in chunks for t in c.token_ids]
+    lps = [x for c in chunks for x in c.logprobs]
+    res = chunks[-1].result
+    assert toks == res.token_ids == ref.token_ids and res.finish_reason == "length"
+    np.testing.assert_allclose(lps, ref.logprobs, atol=1e-6)
+    assert all(v == res.weight_version for c in chunks for v in c.token_versions)
+    # a stop string: the streamed tokens end where the request ends
+    stop = tokenizer.decode(ref.token_ids[5:7])
+    chunks = list(dense_engine.stream(GenerateRequest(
+        PROMPTS[1], dataclasses.replace(g, stop=(stop,)), "streamed-stop"), timeout=120))
+    res = chunks[-1].result
+    assert res.finish_reason == "stop" and [t for c in chunks for t in c.token_ids] == res.token_ids
+    # closing early aborts: the engine frees the row and the future reports the abort
+    long = SamplingParams(max_new_tokens=400, temperature=0.0, ignore_eos=True)
+    it = dense_engine.stream(GenerateRequest(PROMPTS[2], long, "streamed-closed"), timeout=120)
+    first = next(it)
+    assert first.token_ids and first.result is None
+    it.close()
+    deadline = time.time() + 60
+    while dense_engine.num_running() and time.time() < deadline:
+        time.sleep(0.01)
+    assert dense_engine.num_running() == 0
 
 
 def test_retract_pause_and_abort(dense_engine):

@@ -58,12 +58,86 @@ def test_generate_over_http_matches_engine(server, client, dense_engine):
     assert r.json[0]["output_ids"] == ref.token_ids[:3]
     assert [x[1] for x in m["output_token_logprobs"]] == ref.token_ids[:3]
     assert m["finish_reason"] == {"type": "length", "length": 3} and m["prompt_tokens"] == 3
-    # text input + SSE streaming shape
+    # text input + SSE streaming shape (http_json keeps the last, cumulative chunk)
     r = http_json("POST", url + "/generate", {"text": "ab", "stream": True,
                                               "sampling_params": {"max_new_tokens": 2, "temperature": 0}})
     assert r.status == 200 and r.text.rstrip().endswith("data: [DONE]") and len(r.json["output_ids"]) <= 2
     info = _run(client.model_info())
     assert info["weight_version"] == str(dense_engine.weight_version) and info["is_generation"]
+
+
+def _sse(url, body, timeout=120.0):
+    """Opens a streaming ``/generate`` and yields each ``data:`` payload as it arrives
+    (``"[DONE]"`` as a string); the caller may stop early, which closes the connection."""
+    import http.client
+    from urllib.parse import urlparse
+    u = urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+    try:
+        conn.request("POST", "/generate", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+        while True:
+            line = resp.fp.readline()
+            if not line:
+                return
+            line = line.decode().strip()
+            if line.startswith("data:"):
+                data = line[5:].strip()
+                yield data if data == "[DONE]" else json.loads(data)
+    finally:
+        conn.close()
+
+
+def test_streaming_generate_sends_chunks_as_tokens_come(server, dense_engine):
+    """SSE over real HTTP: several cumulative chunks (one per engine step of decode_steps=4
+    tokens), each a prefix of the next, the last one equal to the unstreamed result; the
+    incremental mode sends deltas; ``stream_interval`` spaces chunks; a batch is a 400; a
+    client that hangs up after the first chunk aborts its request."""
+    srv, url = server
+    g = SamplingParams(max_new_tokens=18, temperature=0.0, ignore_eos=True)
+    ref = dense_engine.generate_batch([[5, 6, 7]], g)[0]
+    body = {"input_ids": [5, 6, 7], "return_logprob": True, "stream": True,
+            "sampling_params": {"max_new_tokens": 18, "temperature": 0, "ignore_eos": True}}
+    chunks = list(_sse(url, body))
+    assert chunks[-1] == "[DONE]"
+    chunks = chunks[:-1]
+    assert len(chunks) >= 18 // 4
+    for a, b in zip(chunks, chunks[1:]):
+        assert a["meta_info"]["finish_reason"] is None
+        assert b["output_ids"][:len(a["output_ids"])] == a["output_ids"] and len(b["output_ids"]) > len(a["output_ids"])
+    last = chunks[-1]
+    assert last["output_ids"] == ref.token_ids
+    assert last["meta_info"]["finish_reason"] == {"type": "length", "length": 18}
+    assert [x[0] for x in last["meta_info"]["output_token_logprobs"]] == pytest.approx(ref.logprobs, abs=1e-6)
+    # stream_interval: at least 7 new tokens between chunks (the last one may be shorter)
+    spaced = [c for c in _sse(url, dict(body, sampling_params=dict(body["sampling_params"], stream_interval=7)))
+              if c != "[DONE]"]
+    sizes = [len(c["output_ids"]) for c in spaced]
+    assert sizes[-1] == 18 and all(b - a >= 7 for a, b in zip([0] + sizes[:-2], sizes[:-1]))
+    # incremental (delta) chunks from a server started with incremental_streaming_output
+    inc = EngineServer(dense_engine, tokenizer=srv.tokenizer, incremental_streaming_output=True)
+    inc_url = inc.start()
+    try:
+        deltas = [c for c in _sse(inc_url, body) if c != "[DONE]"]
+    finally:
+        inc.shutdown()
+    assert len(deltas) >= 18 // 4
+    assert [t for c in deltas for t in c["output_ids"]] == ref.token_ids
+    assert [x[1] for c in deltas for x in c["meta_info"]["output_token_logprobs"]] == ref.token_ids
+    assert "".join(c["text"] for c in deltas) == srv.tokenizer.decode(ref.token_ids)
+    # one input per streaming request
+    r = http_json("POST", url + "/generate", dict(body, input_ids=[[5, 6], [7]]))
+    assert r.status == 400 and r.json["error"]["field"] == "stream"
+    # hang up after the first chunk: the request is aborted, not run to its 400 tokens
+    before = dense_engine.stats["tokens_generated"]
+    long = dict(body, sampling_params=dict(body["sampling_params"], max_new_tokens=400))
+    first = next(iter(_sse(url, long)))
+    assert 0 < len(first["output_ids"]) < 400 and first["meta_info"]["finish_reason"] is None
+    deadline = time.monotonic() + 60
+    while not dense_engine.is_idle() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dense_engine.is_idle() and dense_engine.stats["tokens_generated"] - before < 400
 
 
 @pytest.mark.parametrize("body,field", [
