@@ -31,6 +31,8 @@ flags.DEFINE_integer("obs_tokens", 48, "Observation tokens appended per turn.")
 flags.DEFINE_integer("turn_tokens", 16, "Tokens generated per turn.")
 flags.DEFINE_bool("hf", True, "Also time transformers generate().")
 flags.DEFINE_integer("torch_threads", 0, "torch threads (0 = torch default).")
+flags.DEFINE_string("compare_layout", "hf", "Also time the engine with this weight_layout at each batch "
+                    "(the main rows use the default, 'auto'); empty = skip.")
 
 
 def _emit(rec):
@@ -90,10 +92,20 @@ def main(argv):
         t0 = time.perf_counter()
         eng.generate_batch(prompts, one_token)           # prefill (+ first token) only
         pre = time.perf_counter() - t0
+        layout = eng.weight_layout
         eng.close()
         n = sum(len(o.token_ids) for o in outs)
-        rec = {"batch": B, "engine_tok_s": n / dt, "engine_s": dt, "engine_first_call_s": compile_s,
-               "engine_decode_tok_s": (n - B) / max(dt - pre, 1e-9)}
+        rec = {"batch": B, "weight_layout": layout, "engine_tok_s": n / dt, "engine_s": dt,
+               "engine_first_call_s": compile_s, "engine_decode_tok_s": (n - B) / max(dt - pre, 1e-9)}
+        if FLAGS.compare_layout and FLAGS.compare_layout != layout:
+            other = JaxEngine(model, max_slots=B, max_len=max_len, prefill_buckets=(FLAGS.prompt_len,),
+                              decode_steps=FLAGS.decode_steps, weight_layout=FLAGS.compare_layout)
+            other.generate_batch(prompts, greedy)
+            other.flush_cache()
+            t0 = time.perf_counter()
+            assert [o.token_ids for o in other.generate_batch(prompts, greedy)] == [o.token_ids for o in outs]
+            rec[f"engine_{FLAGS.compare_layout}_tok_s"] = n / (time.perf_counter() - t0)
+            other.close()
         if hf is not None:
             import torch
             ids = torch.tensor(prompts)
@@ -156,12 +168,14 @@ def main(argv):
                                 "http_sync_total_s": rep.total_s, "http_sync_export_s": rep.export_s,
                                 "http_sync_phases": rep.per_server[url]})
     nan = float("nan")
-    print("\n| batch | engine tok/s | generate() tok/s | speed-up | engine decode tok/s | "
-          "generate() decode tok/s | decode speed-up |\n|---|---|---|---|---|---|---|")
+    cmp = f"engine_{FLAGS.compare_layout}_tok_s"
+    print(f"\n| batch | engine tok/s ({results[f'batch{batches[0]}']['weight_layout']}) | "
+          f"engine tok/s ({FLAGS.compare_layout or '-'}) | generate() tok/s | speed-up | engine decode tok/s | "
+          "generate() decode tok/s | decode speed-up |\n|---|---|---|---|---|---|---|---|")
     for B in batches:
         r = results[f"batch{B}"]
-        print(f"| {B} | {r['engine_tok_s']:.0f} | {r.get('hf_tok_s', nan):.0f} | {r.get('speedup', nan):.1f}x | "
-              f"{r['engine_decode_tok_s']:.0f} | {r.get('hf_decode_tok_s', nan):.0f} | "
+        print(f"| {B} | {r['engine_tok_s']:.0f} | {r.get(cmp, nan):.0f} | {r.get('hf_tok_s', nan):.0f} | "
+              f"{r.get('speedup', nan):.1f}x | {r['engine_decode_tok_s']:.0f} | {r.get('hf_decode_tok_s', nan):.0f} | "
               f"{r.get('decode_speedup', nan):.1f}x |")
     c = results["continuation"]
     print(f"\ncontinuation ({T} turns): {c['continuation_s']:.2f}s vs re-prefill {c['reprefill_s']:.2f}s "

@@ -144,6 +144,11 @@ class JaxEngine(RolloutEngine):
         default ``qwen3_5.cache_logical_axes``) and ``rules`` (default
         ``sharding.SAMPLE_RULES``). Default: the mesh of the parameters when they are
         ``NamedSharding``-placed (e.g. ``load_hf(path, mesh=...)``), else one device.
+      weight_layout: ``"hf"`` serves the model's own arrays (``[out, in]`` weights, no copy);
+        ``"in_out"`` serves a transposed copy made by ``model.decode_layout`` (XLA:CPU decodes
+        ~1.3x faster at batch 8; costs a second copy of the weights, refreshed on device by
+        ``update_weights``); ``"auto"`` (default): ``"in_out"`` on the CPU backend when the
+        model offers ``decode_layout``, else ``"hf"``.
     """
 
     def __init__(self, model, max_slots: int = 8, max_len: int = 512, *, tokenizer=None,
@@ -152,7 +157,7 @@ class JaxEngine(RolloutEngine):
                  weight_version: int = 0, cache_dtype=jnp.float32,
                  init_cache_fn: Optional[Callable] = None,
                  reset_rows_fn: Optional[Callable] = None, mesh=None, rules=None,
-                 cache_axes_fn: Optional[Callable] = None):
+                 cache_axes_fn: Optional[Callable] = None, weight_layout: str = "auto"):
         if max_slots < 1:
             raise ValueError(f"JaxEngine.max_slots must be >= 1, got {max_slots}")
         if max_len < 2:
@@ -184,7 +189,20 @@ class JaxEngine(RolloutEngine):
         self.eos_token_ids = tuple(int(e) for e in eos_token_ids)
         self._cache_dtype = cache_dtype
         self._init_cache_fn = init_cache_fn
+        if weight_layout not in ("auto", "hf", "in_out"):
+            raise ValueError(f"JaxEngine.weight_layout={weight_layout!r}: use 'auto', 'hf' or 'in_out'")
+        to_decode = getattr(model, "decode_layout", None)
+        if weight_layout == "auto":
+            weight_layout = "in_out" if to_decode is not None and jax.default_backend() == "cpu" else "hf"
+        if weight_layout == "in_out" and to_decode is None:
+            raise ValueError(f"JaxEngine.weight_layout='in_out': {type(model).__name__} has no "
+                             "decode_layout(); use weight_layout='hf'")
+        self.weight_layout = weight_layout
         self._graphdef, self._state = nnx.split(model)
+        self._learner_treedef = jax.tree_util.tree_structure(self._state)   # what update_weights takes
+        self._convert = None
+        if weight_layout == "in_out":
+            self._graphdef, self._state, self._convert = to_decode()
         if mesh is None:
             leaves = jax.tree_util.tree_leaves(self._state)
             sh = getattr(leaves[0], "sharding", None) if leaves else None
@@ -403,7 +421,8 @@ class JaxEngine(RolloutEngine):
                        flush_cache: bool = True) -> int:
         """Installs new parameters (an nnx module or an ``nnx.State`` matching the model).
 
-        Arrays are used as they are (no host copy; pass the learner's own device arrays).
+        Arrays are used as they are with ``weight_layout="hf"`` and transposed on device with
+        ``"in_out"``; never copied through the host (pass the learner's own device arrays).
         ``in_flight`` says what happens to running requests:
           * ``"finish"`` (default): they complete on the old weights first; new requests wait
             until the swap (every request is single-version);
@@ -417,9 +436,11 @@ class JaxEngine(RolloutEngine):
         if in_flight not in ("finish", "abort", "continue"):
             raise ValueError(f"update_weights: in_flight={in_flight!r}; use 'finish', 'abort' or 'continue'")
         state = nnx.state(new) if isinstance(new, nnx.Module) else new
-        if jax.tree_util.tree_structure(state) != jax.tree_util.tree_structure(self._state):
+        if jax.tree_util.tree_structure(state) != self._learner_treedef:
             raise ValueError("update_weights: parameter tree does not match the engine's model; "
                              "pass the same architecture (nnx module or nnx.state(model))")
+        if self._convert is not None:
+            state = self._convert(state)   # on-device transpose into the serving layout
         with self._cv:
             new_version = self._version + 1 if version is None else int(version)
             self._pending_weights = (state, new_version, flush_cache, in_flight)

@@ -136,3 +136,30 @@ def test_continuation_untouched_rows_and_reset(case):
     assert list(np.asarray(cache.lengths_B)) == [0, pos[1]]
     l4, cache = _extend(model, chunk(0, 0), cache, jnp.asarray([T_EXT, 0]))
     np.testing.assert_allclose(np.asarray(l4)[0], full[0, :T_EXT], atol=1e-4, err_msg=kind)
+
+
+def test_decode_layout_computes_the_same_and_converts_learner_states(case, tiny_hf_moe_dir):
+    """``decode_layout`` (the engine's ``[in, out]`` serving copy; the MoE checkpoint has tied
+    embeddings, so its LM head becomes a transposed copy) gives the same logits in a forward
+    and in cached decode, and ``convert`` maps a learner state onto exactly that copy; the
+    same holds for scanned layer stacks."""
+    kind, model, _, ids, full = case
+    graphdef, state, convert = qwen3_5.decode_layout(model)
+    served = nnx.merge(graphdef, state)
+    assert served.lm_head is not None and served.lm_head.in_out
+    ref_lm = model.lm_head.weight[...] if model.lm_head is not None else model.model.embed_tokens.weight[...]
+    np.testing.assert_array_equal(np.asarray(served.lm_head.weight[...]), np.asarray(ref_lm).T)
+    seg = np.ones((2, T_FWD), np.int32)
+    np.testing.assert_allclose(np.asarray(_forward(served, jnp.asarray(ids), jnp.asarray(seg)))[0], full[0],
+                               atol=1e-4, err_msg=kind)
+    cache = qwen3_5.init_cache(model.config, 2, MAX_LEN)
+    step = jnp.asarray(ids[:, :1])
+    a, _ = _extend(model, step, cache, jnp.ones((2,), jnp.int32))
+    b, _ = _extend(served, step, cache, jnp.ones((2,), jnp.int32))
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=kind)
+    jax.tree.map(np.testing.assert_array_equal, convert(nnx.state(model)), state)
+    if kind == "moe":   # scanned layer cycles: transposes keep the leading layer axis
+        scanned = qwen3_5.load_hf(tiny_hf_moe_dir, config_overrides={"scan_layers": True})
+        sg, ss, _ = qwen3_5.decode_layout(scanned)
+        c, _ = _extend(nnx.merge(sg, ss), step, cache, jnp.ones((2,), jnp.int32))
+        np.testing.assert_allclose(np.asarray(c), np.asarray(a), atol=1e-5)

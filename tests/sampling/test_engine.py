@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 
 from harness_jax.sampling import GenerateRequest, JaxEngine, SamplingParams
 from harness_jax.sampling.sampler import token_logprobs
@@ -192,6 +193,28 @@ def test_weight_update_in_place_switches_outputs(dense_engine, dense_model):
     assert dense_engine.generate_batch([PROMPTS[0]], g)[0].token_ids == before.token_ids
     with pytest.raises(ValueError, match="parameter tree"):
         dense_engine.update_weights({"x": jnp.zeros(2)})
+
+
+def test_weight_layouts_agree(dense_engine, dense_model):
+    """The CPU default serves the ``[in, out]`` decode copy; the HF layout (the model's own
+    arrays, the accelerator default) samples the same tokens with the same log-probs."""
+    assert dense_engine.weight_layout == "in_out"
+    g = SamplingParams(max_new_tokens=12, temperature=0.0, ignore_eos=True)
+    t = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3, ignore_eos=True)
+    eng = JaxEngine(dense_model, weight_layout="hf", **ENGINE_KW)
+    try:
+        for p in (g, t):
+            a = dense_engine.generate_batch(PROMPTS[:3], p)
+            b = eng.generate_batch(PROMPTS[:3], p)
+            for x, y in zip(a, b):
+                assert x.token_ids == y.token_ids
+                np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
+        leaf = jax.tree_util.tree_leaves(eng._state)[0]
+        assert any(leaf is w for w in jax.tree_util.tree_leaves(nnx.state(dense_model)))   # no copy
+    finally:
+        eng.close()
+    with pytest.raises(ValueError, match="weight_layout"):
+        JaxEngine(dense_model, weight_layout="transposed", **ENGINE_KW)
 
 
 def test_bad_requests_name_the_problem(dense_engine):

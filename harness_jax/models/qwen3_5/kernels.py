@@ -63,6 +63,15 @@ def linear(x, w_FD, out_dtype=None):
     return _linear(x, w_FD, jnp.dtype(out_dtype or x.dtype))
 
 
+def linear_in_out(x, w_DF, out_dtype=None):
+    """``x @ w`` with a transposed ``[in, out]`` weight: the decode layout (``decode_layout``).
+
+    Same math as ``linear``; with few rows (decode) XLA:CPU streams an ``[in, out]`` weight
+    ~1.3x faster than the HF layout (medium_80m batch-8 decode step 34 -> 27 ms).
+    """
+    return jnp.einsum("...d,df->...f", x, w_DF, preferred_element_type=jnp.dtype(out_dtype or x.dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # norms
 # ---------------------------------------------------------------------------------------------

@@ -39,15 +39,20 @@ def _normal(rngs, shape, std, dtype):
 # leaf modules
 # ---------------------------------------------------------------------------------------------
 class Linear(nnx.Module):
-    """``y = x W^T (+ b)`` with the HF ``[out, in]`` weight layout."""
+    """``y = x W^T (+ b)`` with the HF ``[out, in]`` weight layout.
+
+    ``in_out = True`` (set only by ``decode_layout``, for serving) stores the weight transposed.
+    """
 
     def __init__(self, in_features, out_features, axes, *, rngs, std, dtype, param_dtype, bias=False):
         self.weight = _param(_normal(rngs, (out_features, in_features), std, param_dtype), axes)
         self.bias = _param(jnp.zeros((out_features,), param_dtype), axes[:1]) if bias else None
         self.dtype = dtype
+        self.in_out = False
 
     def __call__(self, x):
-        y = K.linear(x.astype(self.dtype), self.weight[...].astype(self.dtype))
+        mm = K.linear_in_out if self.in_out else K.linear
+        y = mm(x.astype(self.dtype), self.weight[...].astype(self.dtype))
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -356,15 +361,16 @@ class TextModel(nnx.Module):
             run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=_REMAT_POLICIES[cfg.remat])
         slots = _slots(cfg.layer_types)
         if not cfg.scan_layers:
-            new = None if cache is None else {"attn": [], "lin": []}
             for i, layer in enumerate(self.layers):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else _layer_cache(cache, t, slots[i])
                 gd, st = nnx.split(layer)
                 x_BTD, nc = run(gd, st, self.constrain(x_BTD), ctx, lc)
                 if cache is not None:
-                    new["attn" if t == FULL else "lin"].append(nc)
-            return x_BTD, (None if cache is None else _rebuild_cache(cache, new))
+                    # written back into the stacked arrays as each layer ends: an in-place
+                    # update of the (donated) cache, not a slice copy + re-stack of all of it
+                    cache = _set_layer_cache(cache, t, slots[i], nc)
+            return x_BTD, cache
         p = len(self.cycles)
         types = cfg.layer_types[:p]
         n_cycles = cfg.num_hidden_layers // p
@@ -424,13 +430,12 @@ def _layer_cache(cache: Qwen3_5Cache, t, slot):
     return cache.conv_LBCW[slot], cache.state_LBNAE[slot]
 
 
-def _rebuild_cache(cache: Qwen3_5Cache, new):
-    def stack(items, idx, old):
-        return jnp.stack([it[idx] for it in items]) if items else old
-    return dataclasses.replace(
-        cache,
-        k_LBSKH=stack(new["attn"], 0, cache.k_LBSKH), v_LBSKH=stack(new["attn"], 1, cache.v_LBSKH),
-        conv_LBCW=stack(new["lin"], 0, cache.conv_LBCW), state_LBNAE=stack(new["lin"], 1, cache.state_LBNAE))
+def _set_layer_cache(cache: Qwen3_5Cache, t, slot, new):
+    if t == FULL:
+        return dataclasses.replace(cache, k_LBSKH=cache.k_LBSKH.at[slot].set(new[0]),
+                                   v_LBSKH=cache.v_LBSKH.at[slot].set(new[1]))
+    return dataclasses.replace(cache, conv_LBCW=cache.conv_LBCW.at[slot].set(new[0]),
+                               state_LBNAE=cache.state_LBNAE.at[slot].set(new[1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,6 +454,11 @@ class Qwen3_5ForCausalLM(nnx.Module):
         else:
             self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, ("vocab", "embed"), rngs=rngs,
                                   std=cfg.initializer_range, dtype=self.dtype, param_dtype=param_dtype)
+
+    def decode_layout(self):
+        """``(graphdef, state, convert)`` of a serving copy with ``[in, out]`` weights; see the
+        module-level ``decode_layout``."""
+        return decode_layout(self)
 
     def set_mesh(self, mesh, rules=None):
         """Record the mesh so activations are constrained to batch sharding at block boundaries."""
@@ -491,7 +501,8 @@ class Qwen3_5ForCausalLM(nnx.Module):
     def lm_logits(self, hidden_BTD):
         """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
         w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
-        return K.linear(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
+        mm = K.linear_in_out if self.lm_head is not None and self.lm_head.in_out else K.linear
+        return mm(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
 
     def __call__(self, input_ids_BT, segment_ids=None, positions=None):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
@@ -534,3 +545,55 @@ class Qwen3_5ForCausalLM(nnx.Module):
         x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
         new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
         return self.model.norm(x_BTD), new_cache
+
+
+# ---------------------------------------------------------------------------------------------
+# serving layout
+# ---------------------------------------------------------------------------------------------
+def _to_decode_layout(m: Qwen3_5ForCausalLM) -> Qwen3_5ForCausalLM:
+    """In place: every ``Linear`` weight transposed to ``[in, out]`` (``in_out=True``); a tied
+    LM head gets its own transposed copy of the embedding (the lookup keeps ``[V, D]``)."""
+    def transposed(var):
+        meta = dict(var.get_metadata()) if hasattr(var, "get_metadata") else {}
+        axes = meta.get("out_sharding")
+        w = jnp.swapaxes(var[...], -1, -2)    # scanned stacks keep their leading layer axis
+        if axes is None:
+            return nnx.Param(w)
+        axes = tuple(axes)
+        return nnx.Param(w, out_sharding=axes[:-2] + (axes[-1], axes[-2]), eager_sharding=False)
+
+    for _, node in list(nnx.iter_graph(m)):
+        if isinstance(node, Linear) and not node.in_out:
+            node.weight = transposed(node.weight)
+            node.in_out = True
+    if m.lm_head is None:
+        emb = m.model.embed_tokens.weight
+        V, D = emb.shape
+        # an abstract module (no weight allocated), then the transposed embedding as its weight
+        head = nnx.eval_shape(lambda: Linear(D, V, ("vocab", "embed"), rngs=nnx.Rngs(0), std=1.0,
+                                             dtype=m.dtype, param_dtype=emb.dtype))
+        head.weight = transposed(emb)
+        head.in_out = True
+        m.lm_head = nnx.data(head)   # was a static None (tied)
+    return m
+
+
+def decode_layout(model: Qwen3_5ForCausalLM):
+    """A serving copy of ``model`` with ``[in, out]`` weights, and the converter that keeps it
+    in sync with the learner.
+
+    Returns ``(graphdef, state, convert)``: ``nnx.merge(graphdef, state)`` computes what
+    ``model`` computes (same math, different matmul operand layout: results agree to float
+    rounding); ``convert(hf_state) -> state`` is a jitted on-device transpose of a learner
+    state (``nnx.state(model)``) into this layout (no host copy; it holds a second copy of
+    the weights). Why: XLA:CPU's few-row decode matmuls stream ``[in, out]`` weights ~1.3x
+    faster; on accelerators the HF layout is already right (``JaxEngine(weight_layout=...)``).
+    """
+    graphdef, state = nnx.split(model)
+
+    def convert(hf_state):
+        return nnx.split(_to_decode_layout(nnx.merge(graphdef, hf_state)))[1]
+
+    m = _to_decode_layout(nnx.merge(graphdef, state))
+    dgraph, dstate = nnx.split(m)
+    return dgraph, dstate, jax.jit(convert)
