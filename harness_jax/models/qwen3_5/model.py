@@ -145,7 +145,9 @@ class GatedDeltaNet(nnx.Module):
         b_BTN = self.in_proj_b(x_BTD)
         a_BTN = self.in_proj_a(x_BTD)
         w_CW = self.conv1d.weight[...][:, 0, :].astype(self.dtype)
-        conv_state, rec_state = (None, None) if cache is None else cache
+        # cache: (conv_LBCW, state_LBNAE, slot) -- the stacked arrays of every linear layer and
+        # this layer's index in them; the new state is written straight back into them
+        conv_state, rec_state = (None, None) if cache is None else (cache[0][cache[2]], cache[1][cache[2]])
         y_BTC = K.causal_conv1d(qkv_BTC, w_CW, seg_start_BT=ctx.seg_start_BT, state_BCW=conv_state)
         kd = cfg.linear_key_dim
         q_BTKA = y_BTC[..., :kd].reshape(B, T, Kh, A)
@@ -169,7 +171,9 @@ class GatedDeltaNet(nnx.Module):
         if cache is None:
             return out_BTD, None
         new_conv = K.conv_state_after(qkv_BTC, conv_state, ctx.num_new_B)
-        return out_BTD, (new_conv.astype(conv_state.dtype), new_state.astype(rec_state.dtype))
+        conv_L, state_L, slot = cache
+        return out_BTD, (conv_L.at[slot].set(new_conv.astype(conv_L.dtype)),
+                         state_L.at[slot].set(new_state.astype(state_L.dtype)))
 
 
 class Attention(nnx.Module):
@@ -203,12 +207,15 @@ class Attention(nnx.Module):
         if cache is None:
             k_BSKH, v_BSKH = k_BTKH, v_BTKH
         else:
-            k_cache, v_cache = cache
+            # cache: (k_LBSKH, v_LBSKH, slot) -- the stacked arrays of every attention layer; the
+            # new tokens are scattered straight into them (in place when the cache is donated;
+            # no per-layer copy of the whole [B, S, K, H] slab)
+            k_LBSKH, v_LBSKH, slot = cache
             b_BT = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
-            k_BSKH = k_cache.at[b_BT, ctx.write_pos_BT].set(k_BTKH.astype(k_cache.dtype), mode="drop")
-            v_BSKH = v_cache.at[b_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_cache.dtype), mode="drop")
-            new_cache = (k_BSKH, v_BSKH)
-            k_BSKH, v_BSKH = k_BSKH.astype(self.dtype), v_BSKH.astype(self.dtype)
+            k_LBSKH = k_LBSKH.at[slot, b_BT, ctx.write_pos_BT].set(k_BTKH.astype(k_LBSKH.dtype), mode="drop")
+            v_LBSKH = v_LBSKH.at[slot, b_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_LBSKH.dtype), mode="drop")
+            new_cache = (k_LBSKH, v_LBSKH)
+            k_BSKH, v_BSKH = k_LBSKH[slot].astype(self.dtype), v_LBSKH[slot].astype(self.dtype)
         o_BTNH = K.gqa_attention(q_BTNH, k_BSKH, v_BSKH, ctx.attn_mask_BTS, H ** -0.5)
         o_BTF = o_BTNH.reshape(B, T, Nh * H) * jax.nn.sigmoid(gate_BTNH.reshape(B, T, Nh * H))
         return self.o_proj(o_BTF), new_cache
@@ -367,9 +374,7 @@ class TextModel(nnx.Module):
                 gd, st = nnx.split(layer)
                 x_BTD, nc = run(gd, st, self.constrain(x_BTD), ctx, lc)
                 if cache is not None:
-                    # written back into the stacked arrays as each layer ends: an in-place
-                    # update of the (donated) cache, not a slice copy + re-stack of all of it
-                    cache = _set_layer_cache(cache, t, slots[i], nc)
+                    cache = _set_layer_cache(cache, t, nc)
             return x_BTD, cache
         p = len(self.cycles)
         types = cfg.layer_types[:p]
@@ -385,26 +390,24 @@ class TextModel(nnx.Module):
                         cyc(cache.conv_LBCW, n_lin_c), cyc(cache.state_LBNAE, n_lin_c))
 
         def body(x_BTD, xs):
-            states, cxs = xs
+            states, cxs = xs   # cxs: this cycle's cache arrays, [per-cycle layers of a type, ...]
             fi = li = 0
-            outs = ([], [], [], [])
             for j in range(p):
                 if cxs is None:
                     lc = None
                 elif types[j] == FULL:
-                    lc = (cxs[0][fi], cxs[1][fi])
+                    lc = (cxs[0], cxs[1], fi)
                 else:
-                    lc = (cxs[2][li], cxs[3][li])
+                    lc = (cxs[2], cxs[3], li)
                 x_BTD, nc = run(gds[j], states[j], self.constrain(x_BTD), ctx, lc)
                 if cxs is not None:
                     if types[j] == FULL:
-                        outs[0].append(nc[0]); outs[1].append(nc[1]); fi += 1
+                        cxs = (nc[0], nc[1]) + cxs[2:]
+                        fi += 1
                     else:
-                        outs[2].append(nc[0]); outs[3].append(nc[1]); li += 1
-            if cxs is None:
-                return x_BTD, None
-            ys = tuple(jnp.stack(o) if o else c for o, c in zip(outs, cxs))
-            return x_BTD, ys
+                        cxs = cxs[:2] + (nc[0], nc[1])
+                        li += 1
+            return x_BTD, cxs
 
         x_BTD, ys = jax.lax.scan(body, x_BTD, (tuple(sts), cache_xs))
         if cache is None:
@@ -425,17 +428,17 @@ def _slots(layer_types):
 
 
 def _layer_cache(cache: Qwen3_5Cache, t, slot):
+    """What a layer's mixer gets: the stacked arrays of its layer type and its index in them
+    (the mixer updates its own entry in place instead of returning a per-layer copy)."""
     if t == FULL:
-        return cache.k_LBSKH[slot], cache.v_LBSKH[slot]
-    return cache.conv_LBCW[slot], cache.state_LBNAE[slot]
+        return cache.k_LBSKH, cache.v_LBSKH, slot
+    return cache.conv_LBCW, cache.state_LBNAE, slot
 
 
-def _set_layer_cache(cache: Qwen3_5Cache, t, slot, new):
+def _set_layer_cache(cache: Qwen3_5Cache, t, new):
     if t == FULL:
-        return dataclasses.replace(cache, k_LBSKH=cache.k_LBSKH.at[slot].set(new[0]),
-                                   v_LBSKH=cache.v_LBSKH.at[slot].set(new[1]))
-    return dataclasses.replace(cache, conv_LBCW=cache.conv_LBCW.at[slot].set(new[0]),
-                               state_LBNAE=cache.state_LBNAE.at[slot].set(new[1]))
+        return dataclasses.replace(cache, k_LBSKH=new[0], v_LBSKH=new[1])
+    return dataclasses.replace(cache, conv_LBCW=new[0], state_LBNAE=new[1])
 
 
 # ---------------------------------------------------------------------------------------------
