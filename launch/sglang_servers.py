@@ -24,10 +24,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from typing import Optional, Sequence
+from typing import Sequence
 
 from absl import app, flags, logging
+
+from harness_jax.sampling.http_util import wait_healthy
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_path", None, "HF checkpoint (also the tokenizer).", required=True)
@@ -80,21 +81,6 @@ def gpu_groups(gpus: Sequence[str], tp: int) -> list[list[str]]:
     return [list(gpus[i:i + tp]) for i in range(0, len(gpus), tp)]
 
 
-def wait_healthy(url: str, timeout_s: float, proc: Optional[subprocess.Popen] = None) -> None:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server for {url} exited with code {proc.returncode}; see its log")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(5)
-    raise TimeoutError(f"{url}/health not 200 after {timeout_s:.0f}s")
-
-
 def main(argv):
     del argv
     groups = gpu_groups([g for g in FLAGS.gpus.split(",") if g], FLAGS.tp)
@@ -114,7 +100,7 @@ def main(argv):
         urls.append(f"http://{host_name}:{port}")
     try:
         for url, p in zip(urls, procs):
-            wait_healthy(url.replace(host_name, "127.0.0.1"), FLAGS.health_timeout_s, p)
+            wait_healthy(url.replace(host_name, "127.0.0.1"), FLAGS.health_timeout_s, p, poll_s=5.0)
         if FLAGS.urls_file:
             with open(FLAGS.urls_file, "w") as f:
                 f.write("\n".join(urls) + "\n")

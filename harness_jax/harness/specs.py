@@ -208,10 +208,14 @@ class HarnessSpec:
                 d[key] = sub(**vals)
         return cls(**d)
 
-    def to_json(self, indent: Optional[int] = 2) -> str:
+    def _dict_with_id(self) -> dict:
+        """``to_dict`` plus the content hash, for the serialised forms (ignored when read back)."""
         d = self.to_dict()
         d["harness_id"] = self.harness_id
-        return json.dumps(d, indent=indent, ensure_ascii=False)
+        return d
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        return json.dumps(self._dict_with_id(), indent=indent, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> "HarnessSpec":
@@ -220,9 +224,7 @@ class HarnessSpec:
     def to_yaml(self) -> str:
         import yaml
 
-        d = self.to_dict()
-        d["harness_id"] = self.harness_id
-        return yaml.safe_dump(d, sort_keys=False, allow_unicode=True)
+        return yaml.safe_dump(self._dict_with_id(), sort_keys=False, allow_unicode=True)
 
     @classmethod
     def from_yaml(cls, text: str) -> "HarnessSpec":

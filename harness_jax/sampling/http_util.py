@@ -7,6 +7,7 @@ import dataclasses
 import http.client
 import json
 import socket
+import time
 from typing import Any, Optional
 from urllib.parse import urlparse
 
@@ -60,3 +61,25 @@ def http_json(method: str, url: str, body: Any = None, timeout: float = 60.0,
     except json.JSONDecodeError:
         parsed = None
     return HttpResponse(status, parsed, raw, resp_headers)
+
+
+def wait_healthy(url: str, timeout_s: float, proc=None, poll_s: float = 1.0) -> None:
+    """Polls ``url/health`` until it answers 200 (a server that is starting up).
+
+    ``proc``: the server's ``subprocess.Popen``; if it exits first this raises ``RuntimeError``
+    with the tail of its output when that was piped. ``TimeoutError`` after ``timeout_s``.
+    """
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc is not None and proc.poll() is not None:
+            out = getattr(proc, "stdout", None)
+            tail = out.read()[-3000:] if out is not None and not out.closed else "(see its log)"
+            tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+            raise RuntimeError(f"server for {url} exited with code {proc.returncode}:\n{tail}")
+        try:
+            if http_json("GET", url + "/health", timeout=5).status == 200:
+                return
+        except TransportError:
+            pass
+        time.sleep(poll_s)
+    raise TimeoutError(f"{url}/health not 200 after {timeout_s:.0f}s")

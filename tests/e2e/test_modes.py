@@ -9,12 +9,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import jax
 import pytest
 
+from harness_jax.sampling.http_util import wait_healthy
 from tests.e2e import tiny_e2e_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -79,20 +78,6 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _wait_health(url, proc, timeout=300):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server died:\n{proc.stdout.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1.0)
-    raise TimeoutError("server did not become healthy")
-
-
 @pytest.mark.slow
 def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
     from harness_jax.models import qwen3_5
@@ -122,7 +107,7 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
                                "--dtype=float32"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_health(url, server)
+        wait_healthy(url, 300, server)
         prompt = tok.encode("<|im_start|>user\nHow many rows are in the table?<|im_end|>\n<|im_start|>assistant\n")
         greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
         client = SGLangClient([url])

@@ -16,7 +16,7 @@ new segment starts. ``seg_start_BT`` (bool) is True on the first token of every 
 from __future__ import annotations
 
 import functools
-from typing import Optional, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp

@@ -12,8 +12,7 @@ so compile time does not grow with depth.
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
