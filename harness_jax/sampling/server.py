@@ -313,8 +313,11 @@ class EngineServer:
                 continue
             out = self._output(ids, extras, rid, toks, lps, lp, t0, body, chunk.result)
             if self.incremental_streaming_output:   # deltas; text sliced from the cumulative decode
-                text = out["text"]
-                out["text"] = text[len(sent_text):] if text.startswith(sent_text) else text
+                # hold back a trailing partial UTF-8 character (decoded as U+FFFD) until its
+                # bytes are complete; text already sent is never re-sent (a stop string trimmed
+                # off the final text may thus have been streamed in part)
+                text = out["text"] if chunk.result is not None else out["text"].rstrip("\ufffd")
+                out["text"] = text[len(sent_text):] if text.startswith(sent_text) else ""
                 out["output_ids"] = out["output_ids"][sent:]
                 if lp:
                     out["meta_info"]["output_token_logprobs"] = out["meta_info"]["output_token_logprobs"][sent:]

@@ -140,6 +140,29 @@ def test_streaming_generate_sends_chunks_as_tokens_come(server, dense_engine):
     assert dense_engine.is_idle() and dense_engine.stats["tokens_generated"] - before < 400
 
 
+def test_incremental_stream_text_never_splits_a_character(server, dense_engine):
+    """Delta mode cuts text from the cumulative decode: a character whose UTF-8 bytes span
+    several tokens (and engine steps) is sent once, whole. The engine's chunks are scripted
+    here (a random tiny model does not produce such tokens on demand)."""
+    import queue
+    from concurrent.futures import Future
+
+    from harness_jax.sampling.types import GenerateResult, StreamChunk
+    srv = EngineServer(dense_engine, tokenizer=server[0].tokenizer, incremental_streaming_output=True)
+    tok = srv.tokenizer
+    ids = tok.encode("Ω≈ç√∫ 𓀀!", add_special_tokens=False)
+    q = queue.Queue()
+    for i in range(len(ids)):                       # one token per engine step
+        q.put(StreamChunk("r", [ids[i]], [-0.5], [0]))
+    q.put(StreamChunk("r", [], [], [], GenerateResult("r", ids, [-0.5] * len(ids), "length", 0)))
+    extras = {"skip_special_tokens": True, "no_stop_trim": False}
+    chunks = list(srv._stream_chunks([1, 2], extras, "r", True, {}, 1, q, Future()))
+    texts = [c["text"] for c in chunks]
+    assert "".join(texts) == "Ω≈ç√∫ 𓀀!" and not any("\ufffd" in t for t in texts)
+    assert "" in texts     # the steps that ended inside a character sent no text yet
+    assert [t for c in chunks for t in c["output_ids"]] == ids
+
+
 @pytest.mark.parametrize("body,field", [
     ({"input_ids": [1, 2], "sampling_params": {"max_tokens": 4}}, "sampling_params.max_tokens"),
     ({"input_ids": [1, 2], "sampling_params": {"temperature": -1}}, "sampling_params.temperature"),
