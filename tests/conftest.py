@@ -12,12 +12,52 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a few minutes on 2 cores; still part of CI")
+
+
+# A test that hangs (XLA:CPU has deadlocked with many fake devices on 2 cores) would otherwise
+# eat CI's whole 90 minutes and say nothing. Past TEST_TIMEOUT_S for one test (set-up included)
+# a watchdog thread stops output capture, dumps every thread's stack to stderr and ends the run
+# (exit code 70); a faulthandler timer 60 s later ends it even if the hang holds the GIL. The
+# slowest test takes ~90 s.
+TEST_TIMEOUT_S = float(os.environ.get("HARNESS_JAX_TEST_TIMEOUT_S", "1200"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import faulthandler
+    import sys
+    import threading
+    if TEST_TIMEOUT_S <= 0:
+        yield
+        return
+    done = threading.Event()
+
+    def watchdog():
+        if done.wait(TEST_TIMEOUT_S):
+            return
+        capman = item.config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:
+            capman.suspend_global_capture(in_=True)
+        sys.stderr.write(f"\n{item.nodeid} ran past HARNESS_JAX_TEST_TIMEOUT_S={TEST_TIMEOUT_S:.0f}s; "
+                         "stacks of every thread:\n")
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(70)
+
+    threading.Thread(target=watchdog, name="test-timeout", daemon=True).start()
+    faulthandler.dump_traceback_later(TEST_TIMEOUT_S + 60, exit=True)
+    try:
+        yield
+    finally:
+        done.set()
+        faulthandler.cancel_dump_traceback_later()
 
 
 # --------------------------------------------------------------------------------------------
@@ -27,7 +67,6 @@ def pytest_configure(config):
 # and full attention. The zero-centred RMSNorm weights, gated-norm weights, A_log and dt_bias
 # are perturbed away from their HF init values so parity tests see every term of the math.
 # --------------------------------------------------------------------------------------------
-import pytest  # noqa: E402
 
 TINY_LAYER_TYPES = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
 
