@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -124,6 +124,43 @@ def _bucket(n: int, buckets: Sequence[int]) -> int:
         if n <= b:
             return b
     return buckets[-1]
+
+
+class ChunkStream:
+    """Iterator over one streamed request's ``StreamChunk``s (``JaxEngine.stream``)."""
+
+    def __init__(self, engine: "JaxEngine", request: GenerateRequest, timeout: Optional[float]):
+        self._engine, self._rid, self._timeout = engine, request.request_id, timeout
+        self._q: queue.Queue = queue.Queue()
+        self._fut = engine.submit(request, on_chunk=self._q.put)
+        # a failed step / closed engine fails the future without a final chunk: wake the reader
+        self._fut.add_done_callback(lambda f: self._q.put(None) if f.exception() is not None else None)
+        self._done = False
+
+    def __iter__(self) -> "ChunkStream":
+        return self
+
+    def __next__(self) -> StreamChunk:
+        if self._done:
+            raise StopIteration
+        chunk = self._q.get(timeout=self._timeout)
+        if chunk is None:
+            self._done = True
+            raise self._fut.exception()
+        self._done = chunk.result is not None
+        return chunk
+
+    def close(self) -> None:
+        """Aborts the request unless its last chunk was read."""
+        if not self._done:
+            self._done = True
+            self._engine.abort(self._rid, message="Abort by closed stream")
+
+    def __enter__(self) -> "ChunkStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class JaxEngine(RolloutEngine):
@@ -311,28 +348,14 @@ class JaxEngine(RolloutEngine):
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         return await asyncio.wrap_future(self.submit(request))
 
-    def stream(self, request: GenerateRequest, timeout: Optional[float] = None) -> Iterator[StreamChunk]:
-        """Generates ``request`` and yields ``StreamChunk``s as the engine produces tokens (one
-        per scheduler step that emitted some: up to ``decode_steps`` tokens each); the last
-        chunk carries the ``GenerateResult``. Closing the generator early aborts the request.
+    def stream(self, request: GenerateRequest, timeout: Optional[float] = None) -> "ChunkStream":
+        """Submits ``request`` now (bad requests raise here) and returns an iterator of its
+        ``StreamChunk``s as the engine produces tokens (one per scheduler step that emitted
+        some: up to ``decode_steps`` tokens each); the last chunk carries the ``GenerateResult``.
+        ``close()`` (or leaving a ``with`` block) before the end aborts the request.
         ``timeout``: seconds to wait for each chunk (``queue.Empty`` past it; None = forever).
         """
-        q: queue.Queue = queue.Queue()
-        fut = self.submit(request, on_chunk=q.put)
-        # a failed step / closed engine fails the future without a final chunk: wake the reader
-        fut.add_done_callback(lambda f: q.put(None) if f.exception() is not None else None)
-        done = False
-        try:
-            while not done:
-                chunk = q.get(timeout=timeout)
-                if chunk is None:
-                    done = True
-                    raise fut.exception()
-                done = chunk.result is not None
-                yield chunk
-        finally:
-            if not done:
-                self.abort(request.request_id, message="Abort by closed stream")
+        return ChunkStream(self, request, timeout)
 
     def generate_sync(self, request: GenerateRequest) -> GenerateResult:
         return self.submit(request).result()

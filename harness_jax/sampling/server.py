@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -289,24 +288,18 @@ class EngineServer:
         _req(isinstance(interval, int) and interval >= 1, "sampling_params.stream_interval", "must be an int >= 1")
         ids, (params, extras), rid, lp = inputs[0], parsed[0], rids[0], ret_lp[0]
         self._gate.wait()
-        q: "queue.Queue" = queue.Queue()
         try:
-            fut = self.engine.submit(GenerateRequest(input_ids=ids, params=params, request_id=rid), on_chunk=q.put)
+            chunks = self.engine.stream(GenerateRequest(input_ids=ids, params=params, request_id=rid))
         except ValueError as e:
             raise BadRequest("input_ids", str(e))
-        fut.add_done_callback(lambda f: q.put(None) if f.exception() is not None else None)
-        return _Stream(self._stream_chunks(ids, extras, rid, lp, body, interval, q, fut),
-                       lambda: None if fut.done() else self.engine.abort(rid, message="Abort by client disconnect"))
+        return _Stream(self._stream_chunks(ids, extras, rid, lp, body, interval, chunks), chunks.close)
 
-    def _stream_chunks(self, ids, extras, rid, lp, body, interval, q, fut) -> Iterator[dict]:
+    def _stream_chunks(self, ids, extras, rid, lp, body, interval, chunks) -> Iterator[dict]:
         t0 = time.time()
         toks: list = []
         lps: list = []
         sent, sent_text = 0, ""
-        while True:
-            chunk = q.get()
-            if chunk is None:
-                raise fut.exception()
+        for chunk in chunks:
             toks += chunk.token_ids
             lps += chunk.logprobs
             if chunk.result is None and len(toks) - sent < interval:
@@ -325,8 +318,6 @@ class EngineServer:
                 sent_text = text
             sent = len(toks)
             yield out
-            if chunk.result is not None:
-                return
 
 
     def model_info(self) -> dict:
@@ -473,18 +464,19 @@ class EngineServer:
 
 
 class _Stream:
-    """An iterator of stream chunks whose ``close`` also aborts the request if it still runs
-    (the client went away, or the handler stopped early)."""
+    """SSE output objects whose ``close`` also closes the engine stream, which aborts the request
+    if it still runs (the client went away, or the handler stopped early), even before the
+    first chunk was produced."""
 
-    def __init__(self, chunks: Iterator[dict], abort: Callable[[], None]):
-        self._chunks, self._abort = chunks, abort
+    def __init__(self, outputs: Iterator[dict], close_engine_stream: Callable[[], None]):
+        self._outputs, self._close = outputs, close_engine_stream
 
     def __iter__(self):
-        return self._chunks
+        return self._outputs
 
     def close(self) -> None:
-        self._chunks.close()
-        self._abort()
+        self._outputs.close()
+        self._close()
 
 
 class _Handler(BaseHTTPRequestHandler):

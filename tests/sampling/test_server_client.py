@@ -129,6 +129,8 @@ def test_streaming_generate_sends_chunks_as_tokens_come(server, dense_engine):
     # one input per streaming request
     r = http_json("POST", url + "/generate", dict(body, input_ids=[[5, 6], [7]]))
     assert r.status == 400 and r.json["error"]["field"] == "stream"
+    r = http_json("POST", url + "/generate", dict(body, input_ids=[5, 10**7]))   # checked before any chunk
+    assert r.status == 400 and r.json["error"]["field"] == "input_ids"
     # hang up after the first chunk: the request is aborted, not run to its 400 tokens
     before = dense_engine.stats["tokens_generated"]
     long = dict(body, sampling_params=dict(body["sampling_params"], max_new_tokens=400))
@@ -144,19 +146,14 @@ def test_incremental_stream_text_never_splits_a_character(server, dense_engine):
     """Delta mode cuts text from the cumulative decode: a character whose UTF-8 bytes span
     several tokens (and engine steps) is sent once, whole. The engine's chunks are scripted
     here (a random tiny model does not produce such tokens on demand)."""
-    import queue
-    from concurrent.futures import Future
-
     from harness_jax.sampling.types import GenerateResult, StreamChunk
     srv = EngineServer(dense_engine, tokenizer=server[0].tokenizer, incremental_streaming_output=True)
     tok = srv.tokenizer
     ids = tok.encode("Ω≈ç√∫ 𓀀!", add_special_tokens=False)
-    q = queue.Queue()
-    for i in range(len(ids)):                       # one token per engine step
-        q.put(StreamChunk("r", [ids[i]], [-0.5], [0]))
-    q.put(StreamChunk("r", [], [], [], GenerateResult("r", ids, [-0.5] * len(ids), "length", 0)))
+    scripted = [StreamChunk("r", [t], [-0.5], [0]) for t in ids]     # one token per engine step
+    scripted.append(StreamChunk("r", [], [], [], GenerateResult("r", ids, [-0.5] * len(ids), "length", 0)))
     extras = {"skip_special_tokens": True, "no_stop_trim": False}
-    chunks = list(srv._stream_chunks([1, 2], extras, "r", True, {}, 1, q, Future()))
+    chunks = list(srv._stream_chunks([1, 2], extras, "r", True, {}, 1, iter(scripted)))
     texts = [c["text"] for c in chunks]
     assert "".join(texts) == "Ω≈ç√∫ 𓀀!" and not any("\ufffd" in t for t in texts)
     assert "" in texts     # the steps that ended inside a character sent no text yet
