@@ -146,7 +146,10 @@ class GatedDeltaNet(nnx.Module):
         w_CW = self.conv1d.weight[...][:, 0, :].astype(self.dtype)
         # cache: (conv_LBCW, state_LBNAE, slot) -- the stacked arrays of every linear layer and
         # this layer's index in them; the new state is written straight back into them
-        conv_state, rec_state = (None, None) if cache is None else (cache[0][cache[2]], cache[1][cache[2]])
+        conv_state = rec_state = None
+        if cache is not None:
+            conv_L, state_L, slot = cache
+            conv_state, rec_state = conv_L[slot], state_L[slot]
         y_BTC = K.causal_conv1d(qkv_BTC, w_CW, seg_start_BT=ctx.seg_start_BT, state_BCW=conv_state)
         kd = cfg.linear_key_dim
         q_BTKA = y_BTC[..., :kd].reshape(B, T, Kh, A)
@@ -170,7 +173,6 @@ class GatedDeltaNet(nnx.Module):
         if cache is None:
             return out_BTD, None
         new_conv = K.conv_state_after(qkv_BTC, conv_state, ctx.num_new_B)
-        conv_L, state_L, slot = cache
         return out_BTD, (conv_L.at[slot].set(new_conv.astype(conv_L.dtype)),
                          state_L.at[slot].set(new_state.astype(state_L.dtype)))
 
