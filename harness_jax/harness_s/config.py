@@ -1,0 +1,283 @@
+"""The router's config section, its parsed form, and its validation (for the central validator).
+
+    from harness_jax.harness_s import config as hs_config
+    c.harness_s.router = hs_config.router_config()          # the schema with its defaults
+    problems = hs_config.find_router_problems(c.harness_s.router, pool_size=len(pool),
+                                              path="harness_s.router")   # list[Problem]
+
+``find_router_problems`` reports every problem with its dotted path, the bad value and the fix,
+in ``harness_jax.config_validation``'s ``Problem`` form, so ``config_validation.find_problems``
+can append them to its own list. ``make_router`` runs the same checks and raises
+``ConfigValidationError``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import ml_collections
+from ml_collections import config_dict
+
+from harness_jax.config_validation import ConfigValidationError, Problem
+
+METRICS = ("rescue_rate", "success_rate")
+AGGREGATIONS = ("borda", "rrf")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def router_config() -> ml_collections.ConfigDict:
+    """The router section with its defaults (mount it as ``config.harness_s.router``)."""
+    r = ml_collections.ConfigDict()
+    r.name = "validation_topk"      # random | fixed_mixture | validation_topk | features | llm_vote | hybrid
+    r.top_k = 4                     # distinct helpers per rescue (Rank-1 routing uses the first)
+    r.include_base = False          # rank H0 too (Rank-1 at inference); rescue never picks H0
+    r.seed = 0                      # random / fixed_mixture sampling seed
+    r.metric = "rescue_rate"        # validation_topk order: rescue_rate (on H0's validation failures) | success_rate
+    r.mixture_weights = config_dict.ConfigDict({}, type_safe=False)  # fixed_mixture: {sibling name or id: weight}; empty = uniform
+    r.features = ml_collections.ConfigDict()
+    r.features.l2 = 1.0             # L2 strength of the per-sibling logistic success models
+    r.hybrid = ml_collections.ConfigDict()
+    r.hybrid.margin = 0.1           # features decide unless the K-th and (K+1)-th probabilities are closer than this
+    r.votes = ml_collections.ConfigDict()
+    r.votes.voters = ()             # ({"name", "base_url", "model", "api_key_env", "temperature", "seed"}, ...)
+    r.votes.aggregation = "borda"   # borda | rrf (reciprocal-rank fusion)
+    r.votes.rrf_k = 60.0            # RRF constant: score += 1 / (rrf_k + rank)
+    r.votes.cache_dir = ""          # content-addressed response cache of the voters ("" = off)
+    r.votes.max_tokens = 512        # reply budget per vote
+    r.votes.timeout_s = 60.0        # per-request HTTP timeout of a voter
+    r.votes.excerpt_chars = 1500    # characters of H0's failed trace shown to voters
+    r.log = ml_collections.ConfigDict()
+    r.log.path = ""                 # JSONL file of every routing decision and outcome ("" = in memory only)
+    r.log.max_decisions = 1000      # decisions kept in the router state (checkpointed)
+    return r
+
+
+def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        if node is None:
+            return default
+        try:
+            node = node[part]
+        except (KeyError, TypeError, AttributeError):
+            return default
+    return node
+
+
+@dataclasses.dataclass(frozen=True)
+class VoterSpec:
+    name: str
+    base_url: str
+    model: str
+    api_key_env: str = ""
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RouterConfig:
+    """The parsed router section (see ``router_config`` for the meaning of each field)."""
+
+    name: str = "validation_topk"
+    top_k: int = 4
+    include_base: bool = False
+    seed: int = 0
+    metric: str = "rescue_rate"
+    mixture_weights: tuple = ()            # ((name or id, weight), ...)
+    features_l2: float = 1.0
+    hybrid_margin: float = 0.1
+    voters: tuple = ()                     # VoterSpec, ...
+    aggregation: str = "borda"
+    rrf_k: float = 60.0
+    cache_dir: str = ""
+    vote_max_tokens: int = 512
+    vote_timeout_s: float = 60.0
+    excerpt_chars: int = 1500
+    log_path: str = ""
+    max_decisions: int = 1000
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RouterConfig":
+        if isinstance(cfg, RouterConfig):
+            return cfg
+        d = RouterConfig()
+        voters = []
+        for i, v in enumerate(_get(cfg, "votes.voters", ()) or ()):
+            voters.append(VoterSpec(
+                name=str(_get(v, "name", "") or f"voter{i}"), base_url=str(_get(v, "base_url", "")),
+                model=str(_get(v, "model", "")), api_key_env=str(_get(v, "api_key_env", "") or ""),
+                temperature=float(_get(v, "temperature", 0.0)), seed=int(_get(v, "seed", i))))
+        weights = _get(cfg, "mixture_weights", {}) or {}
+        return cls(
+            name=_get(cfg, "name", d.name), top_k=_get(cfg, "top_k", d.top_k),
+            include_base=bool(_get(cfg, "include_base", d.include_base)),
+            seed=_get(cfg, "seed", d.seed), metric=_get(cfg, "metric", d.metric),
+            mixture_weights=tuple((str(k), float(weights[k])) for k in weights),
+            features_l2=_get(cfg, "features.l2", d.features_l2),
+            hybrid_margin=_get(cfg, "hybrid.margin", d.hybrid_margin), voters=tuple(voters),
+            aggregation=_get(cfg, "votes.aggregation", d.aggregation),
+            rrf_k=_get(cfg, "votes.rrf_k", d.rrf_k),
+            cache_dir=_get(cfg, "votes.cache_dir", d.cache_dir) or "",
+            vote_max_tokens=_get(cfg, "votes.max_tokens", d.vote_max_tokens),
+            vote_timeout_s=_get(cfg, "votes.timeout_s", d.vote_timeout_s),
+            excerpt_chars=_get(cfg, "votes.excerpt_chars", d.excerpt_chars),
+            log_path=_get(cfg, "log.path", d.log_path) or "",
+            max_decisions=_get(cfg, "log.max_decisions", d.max_decisions))
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
+                         pool_size: Optional[int] = None, path: str = "harness_s.router",
+                         environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of a router section (empty when fine).
+
+    pool / pool_size: the sibling pool (H0 included) the router will rank, when known; names in
+    ``mixture_weights`` are checked against ``pool``. environ: where voters' key variables must
+    be set (default ``os.environ``).
+    """
+    from harness_jax.harness_s.routers import ROUTERS
+
+    env = os.environ if environ is None else environ
+    out: list[Problem] = []
+
+    def bad(sub, value, problem, fix):
+        out.append(Problem(f"{path}.{sub}", value, problem, fix))
+
+    name = _get(cfg, "name")
+    if name not in ROUTERS:
+        bad("name", name, f"unknown router; registered: {', '.join(sorted(ROUTERS))}",
+            f"set --config.{path}.name to one of {', '.join(sorted(ROUTERS))}")
+    include_base = bool(_get(cfg, "include_base", False))
+    if pool is not None:
+        pool_size = len(pool)
+    n_cand = None if pool_size is None else pool_size - (0 if include_base else 1)
+    if pool_size is not None and n_cand < 1:
+        bad("include_base" if pool_size == 1 else "name", pool_size,
+            f"the sibling pool is empty: it has {pool_size} harness(es) and "
+            f"{'no helper besides H0' if pool_size == 1 else 'not even H0'}",
+            "evolve a pool first (launch/evolve.py) and point the run at its pool file, or "
+            "turn rescue off")
+    k = _get(cfg, "top_k")
+    if not _is_int(k) or k < 1:
+        bad("top_k", k, "must be an integer >= 1", f"set --config.{path}.top_k=4 (or 1 for Rank-1)")
+    elif n_cand is not None and n_cand >= 1 and k > n_cand:
+        bad("top_k", k, f"larger than the pool: only {n_cand} candidate(s) "
+            f"({'H0 included' if include_base else 'H0 excluded'})",
+            f"set --config.{path}.top_k to at most {n_cand}, or evolve a larger pool")
+    if not _is_int(_get(cfg, "seed", 0)):
+        bad("seed", _get(cfg, "seed"), "must be an integer", f"e.g. --config.{path}.seed=0")
+    if _get(cfg, "metric", "rescue_rate") not in METRICS:
+        bad("metric", _get(cfg, "metric"), f"unknown metric; allowed: {', '.join(METRICS)}",
+            f"set --config.{path}.metric=rescue_rate")
+    weights = _get(cfg, "mixture_weights", {}) or {}
+    for key in weights:
+        w = weights[key]
+        if not _is_num(w) or w < 0:
+            bad(f"mixture_weights.{key}", w, "a weight must be a number >= 0",
+                "use non-negative numbers (they are normalised)")
+        if pool is not None and hasattr(pool, "resolve"):
+            try:
+                pool.resolve(str(key))
+            except KeyError as e:
+                bad(f"mixture_weights.{key}", w, f"names no sibling of the pool ({e.args[0]})",
+                    "use a sibling name or id from the pool report")
+    if weights and all(_is_num(weights[k]) and weights[k] == 0 for k in weights):
+        bad("mixture_weights", dict(weights), "all weights are 0",
+            "give at least one sibling a positive weight, or leave it empty for uniform")
+    l2 = _get(cfg, "features.l2", 1.0)
+    if not _is_num(l2) or l2 <= 0:
+        bad("features.l2", l2, "must be > 0", f"e.g. --config.{path}.features.l2=1.0")
+    m = _get(cfg, "hybrid.margin", 0.1)
+    if not _is_num(m) or not 0 <= m <= 1:
+        bad("hybrid.margin", m, "must be a probability gap in [0, 1]",
+            f"e.g. --config.{path}.hybrid.margin=0.1")
+    _check_votes(cfg, bad, path, env, needs_voters=name in ("llm_vote", "hybrid"))
+    md = _get(cfg, "log.max_decisions", 1000)
+    if not _is_int(md) or md < 0:
+        bad("log.max_decisions", md, "must be an integer >= 0", "e.g. 1000")
+    return out
+
+
+def _check_votes(cfg, bad, path, env, needs_voters: bool) -> None:
+    voters = _get(cfg, "votes.voters", ()) or ()
+    if needs_voters and not voters:
+        bad("votes.voters", tuple(voters), "this router needs at least one LLM voter",
+            f"add voters ({{'name', 'base_url', 'model', 'api_key_env', 'temperature', 'seed'}}) "
+            f"to --config.{path}.votes.voters, or use --config.{path}.name=features")
+    names = []
+    for i, v in enumerate(voters):
+        where = f"votes.voters[{i}]"
+        url = str(_get(v, "base_url", "") or "")
+        if not url.startswith(("http://", "https://")):
+            bad(f"{where}.base_url", url, "must be an http(s):// URL of an OpenAI-compatible API",
+                "e.g. https://api.openai.com/v1 or http://host:30000/v1")
+        if not _get(v, "model"):
+            bad(f"{where}.model", _get(v, "model"), "is empty", "name the model to call")
+        key = str(_get(v, "api_key_env", "") or "")
+        if key and not _ENV_NAME.fullmatch(key):
+            bad(f"{where}.api_key_env", f"<{len(key)} characters>",
+                "must be the NAME of an environment variable, never the key itself",
+                "e.g. api_key_env='OPENAI_API_KEY' and export the key under that name")
+        elif key and not env.get(key):
+            bad(f"{where}.api_key_env", key, f"the environment variable {key} is unset",
+                f"export {key}=<your key> before the run, or set api_key_env='' for an "
+                "endpoint without auth")
+        t = _get(v, "temperature", 0.0)
+        if not _is_num(t) or t < 0:
+            bad(f"{where}.temperature", t, "must be >= 0", "e.g. 0.7")
+        if not _is_int(_get(v, "seed", i)):
+            bad(f"{where}.seed", _get(v, "seed"), "must be an integer", f"e.g. {i}")
+        names.append(str(_get(v, "name", "") or f"voter{i}"))
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        bad("votes.voters", dup, "voter names must be unique (they key the decision log)",
+            "give every voter its own name")
+    agg = _get(cfg, "votes.aggregation", "borda")
+    if agg not in AGGREGATIONS:
+        bad("votes.aggregation", agg, f"unknown aggregation; allowed: {', '.join(AGGREGATIONS)}",
+            f"set --config.{path}.votes.aggregation=borda")
+    rk = _get(cfg, "votes.rrf_k", 60.0)
+    if not _is_num(rk) or rk <= 0:
+        bad("votes.rrf_k", rk, "must be > 0", "60 is the usual constant")
+    mt = _get(cfg, "votes.max_tokens", 512)
+    if not _is_int(mt) or mt < 16:
+        bad("votes.max_tokens", mt, "must be an integer >= 16", "e.g. 512")
+    ts = _get(cfg, "votes.timeout_s", 60.0)
+    if not _is_num(ts) or ts <= 0:
+        bad("votes.timeout_s", ts, "must be > 0", "e.g. 60")
+    ec = _get(cfg, "votes.excerpt_chars", 1500)
+    if not _is_int(ec) or ec < 0:
+        bad("votes.excerpt_chars", ec, "must be an integer >= 0", "e.g. 1500")
+
+
+def validate_router_config(cfg: Any, pool: Optional[Sequence] = None, *,
+                           path: str = "harness_s.router",
+                           environ: Optional[Mapping[str, str]] = None) -> RouterConfig:
+    """Raises ``ConfigValidationError`` listing every problem; returns the parsed config."""
+    if isinstance(cfg, RouterConfig):
+        cfg = router_config_dict(cfg)
+    problems = find_router_problems(cfg, pool=pool, path=path, environ=environ)
+    if problems:
+        raise ConfigValidationError(problems)
+    return RouterConfig.from_config(cfg)
+
+
+def router_config_dict(rc: RouterConfig) -> dict:
+    """The nested-dict form of a parsed config (what ``from_config`` reads back)."""
+    return {"name": rc.name, "top_k": rc.top_k, "include_base": rc.include_base,
+            "seed": rc.seed, "metric": rc.metric, "mixture_weights": dict(rc.mixture_weights),
+            "features": {"l2": rc.features_l2}, "hybrid": {"margin": rc.hybrid_margin},
+            "votes": {"voters": [dataclasses.asdict(v) for v in rc.voters],
+                      "aggregation": rc.aggregation, "rrf_k": rc.rrf_k,
+                      "cache_dir": rc.cache_dir, "max_tokens": rc.vote_max_tokens,
+                      "timeout_s": rc.vote_timeout_s, "excerpt_chars": rc.excerpt_chars},
+            "log": {"path": rc.log_path, "max_decisions": rc.max_decisions}}

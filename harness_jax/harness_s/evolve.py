@@ -1,0 +1,223 @@
+"""Directional evolution: H0 -> repair directions -> children -> joint-coverage parents -> pool.
+
+``evolve`` is a library function over two callables, so the training loop can plug in policy
+rollouts and tests a scripted policy or a pure function:
+
+* ``rollout(sibling, tasks) -> list[Trajectory]`` runs the current policy under a sibling
+  (used for H0's validation episodes, whose failures feed the router's features, and for
+  the parents' failures on training tasks, which give the repair directions);
+* ``evaluate(sibling, tasks) -> {task_id: [True | False | None, ...]}`` scores a child on the
+  validation split, k attempts per task (``None`` = infrastructure error; default: the
+  successes of ``rollout``).
+
+Per generation: parents (generation 1: H0; later: greedy joint validation coverage over the
+valid siblings not yet expanded, ties to the cheaper harness) -> their failures on the training
+tasks -> root causes (extractor, optional LLM diagnoser) -> directions (labels with at least
+``min_failures`` failures, most frequent first) -> ``children_per_direction`` proposals per
+direction from the editor -> validation (editor checks; duplicates of a seen sibling rejected) ->
+evaluation on the validation split (a child with a task that has only infrastructure errors is
+incomplete and rejected, never scored; one solving fewer than ``min_val_solved`` tasks is
+dropped) -> accepted children join the pool. Stops at ``max_generations``, when
+``max_child_evaluations`` is spent, or when a generation adds nothing and no parent is left.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Callable, Mapping, Optional, Sequence
+
+from harness_jax.envs.base import Task
+from harness_jax.harness.packets import render_trace
+from harness_jax.harness.siblings import Sibling
+from harness_jax.harness.trajectory import Trajectory
+from harness_jax.harness_s.coverage import coverage_select, joint_coverage
+from harness_jax.harness_s.editors import EditContext, Editor
+from harness_jax.harness_s.features import episode_features, task_text
+from harness_jax.harness_s.pool import (PoolEntry, SiblingPool, freeze_pool, harness_cost,
+                                        results_from_trajectories, solved_tasks)
+from harness_jax.harness_s.rootcause import LLMDiagnoser, label_failures, repair_directions
+
+log = logging.getLogger(__name__)
+
+Rollout = Callable[[Sibling, Sequence[Task]], Sequence[Trajectory]]
+Evaluate = Callable[[Sibling, Sequence[Task]], Mapping[str, Sequence[Optional[bool]]]]
+
+
+def _pos_int(name, v, lo=1):
+    if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+        raise ValueError(f"EvolutionConfig.{name} must be an integer >= {lo}, got {v!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvolutionConfig:
+    env_name: str                        # environment (patch benchmark, operator texts)
+    protocol: str = "text"               # the environment's action protocol: text | function
+    max_generations: int = 3             # generations of children
+    max_child_evaluations: int = 32      # budget: children evaluated on the validation split
+    parents_per_generation: int = 2      # parents chosen by greedy joint coverage (gen >= 2)
+    max_directions: int = 3              # directions edited per parent (most frequent first)
+    children_per_direction: int = 2      # proposals per (parent, direction)
+    min_failures: int = 2                # failures a root cause needs to become a direction
+    min_val_solved: int = 1              # a child must solve at least this many validation tasks
+    excerpts_per_direction: int = 3      # failure traces shown to an LLM editor
+    policy_version: str = ""             # recorded with every sibling's validation results
+
+    def __post_init__(self):
+        if not self.env_name:
+            raise ValueError("EvolutionConfig.env_name is empty; name the environment")
+        if self.protocol not in ("text", "function"):
+            raise ValueError(f"EvolutionConfig.protocol must be 'text' or 'function', got "
+                             f"{self.protocol!r}")
+        for f in ("max_generations", "parents_per_generation", "max_directions",
+                  "children_per_direction", "min_failures", "excerpts_per_direction"):
+            _pos_int(f, getattr(self, f))
+        _pos_int("max_child_evaluations", self.max_child_evaluations, 0)
+        _pos_int("min_val_solved", self.min_val_solved, 0)
+
+
+@dataclasses.dataclass
+class EvolutionResult:
+    entries: list[PoolEntry]                  # H0 first, then accepted children in order
+    rejected: list[dict]                      # every rejected proposal with its reasons
+    generations: list[dict]                   # per-generation log
+    h0_failures: dict                         # val task_id -> [failure features of H0]
+    task_info: dict                           # task_id -> {"category", "text"}
+    val_task_ids: list[str]
+    stop_reason: str
+    child_evaluations: int
+    wall_s: float
+    config: EvolutionConfig
+
+    def pool(self) -> SiblingPool:
+        meta = {"generations": self.generations, "stop_reason": self.stop_reason,
+                "child_evaluations": self.child_evaluations,
+                "config": dataclasses.asdict(self.config),
+                "rejected": self.rejected[:500], "n_rejected": len(self.rejected)}
+        return SiblingPool(self.entries, env_name=self.config.env_name,
+                           val_task_ids=self.val_task_ids, task_info=self.task_info,
+                           h0_failures=self.h0_failures, meta=meta)
+
+    def freeze(self, directory: str) -> SiblingPool:
+        """Writes the content-addressed, read-only pool file and its report."""
+        return freeze_pool(self.pool(), directory)
+
+
+def _complete(results: Mapping[str, Sequence[Optional[bool]]], tasks: Sequence[Task]) -> list[str]:
+    """Validation tasks without a single non-infrastructure attempt."""
+    return [t.task_id for t in tasks if not any(a is not None for a in results.get(t.task_id, []))]
+
+
+def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Task],
+           rollout: Rollout, editor: Editor, config: EvolutionConfig,
+           evaluate: Optional[Evaluate] = None, diagnoser: Optional[LLMDiagnoser] = None,
+           on_generation: Optional[Callable[[dict], None]] = None) -> EvolutionResult:
+    """Evolves children of ``base`` along repair directions (see the module docstring)."""
+    if not train_tasks or not val_tasks:
+        raise ValueError("evolve needs training tasks (for failures) and validation tasks")
+    t0 = time.perf_counter()
+    if evaluate is None:
+        def evaluate(sib, tasks):
+            return results_from_trajectories(rollout(sib, tasks))
+    cfg = config
+    h0_val = list(rollout(base, val_tasks))
+    h0_results = results_from_trajectories(h0_val)
+    missing = _complete(h0_results, val_tasks)
+    if missing:
+        raise RuntimeError(f"H0's validation run is incomplete (only infrastructure errors on "
+                           f"{len(missing)} tasks, e.g. {missing[:3]}); fix the environment "
+                           "before evolving")
+    h0_failures: dict[str, list] = {}
+    for t in h0_val:
+        f = episode_features(t)
+        if f:
+            h0_failures.setdefault(t.task_id, []).append(f)
+    entries = [PoolEntry(base, 0, None, None, "base", {k: list(v) for k, v in h0_results.items()},
+                         cfg.policy_version, harness_cost(base), "H0")]
+    seen = {base.sibling_id}
+    expanded: set[str] = set()
+    failures_cache: dict[str, tuple] = {}
+    rejected: list[dict] = []
+    generations: list[dict] = []
+    evals = 0
+    stop = f"reached max_generations={cfg.max_generations}"
+    for gen in range(1, cfg.max_generations + 1):
+        cands = [e.sibling_id for e in entries if e.sibling_id not in expanded]
+        if not cands:
+            stop = "no unexpanded sibling left to edit"
+            break
+        if gen == 1:
+            parents = [base.sibling_id]
+        else:
+            solved = {e.sibling_id: e.solved() for e in entries}
+            costs = {e.sibling_id: e.cost for e in entries}
+            parents = coverage_select(solved, cfg.parents_per_generation, costs, cands)
+        glog = {"generation": gen, "parents": parents, "directions": [], "proposed": 0,
+                "accepted": 0, "rejected": 0, "labels": {}}
+        by_id = {e.sibling_id: e for e in entries}
+        budget_hit = False
+        for pid in parents:
+            expanded.add(pid)
+            parent = by_id[pid].sibling
+            if pid not in failures_cache:
+                trajs = list(rollout(parent, train_tasks))
+                causes, report = label_failures(trajs, diagnoser)
+                failures_cache[pid] = (trajs, causes, report)
+            trajs, causes, report = failures_cache[pid]
+            glog["labels"][pid] = report.get("labels", {})
+            dirs = repair_directions(causes, cfg.min_failures, cfg.max_directions)
+            traj_by_ep = {t.episode_id: t for t in trajs}
+            for d in dirs:
+                glog["directions"].append(d.name)
+                excerpts = tuple(render_trace(traj_by_ep[e], i + 1)
+                                 for i, e in enumerate(d.episode_ids[:cfg.excerpts_per_direction])
+                                 if e in traj_by_ep)
+                ctx = EditContext(cfg.env_name, cfg.protocol, excerpts, seed=gen)
+                for o in editor.propose(parent, d, n=cfg.children_per_direction, context=ctx):
+                    glog["proposed"] += 1
+                    rec = {"generation": gen, **o.to_dict()}
+                    if not o.ok:
+                        rejected.append(rec)
+                        continue
+                    child = o.child
+                    if child.sibling_id in seen:
+                        rejected.append({**rec, "errors": ["duplicate of an existing sibling"]})
+                        continue
+                    if evals >= cfg.max_child_evaluations:
+                        budget_hit = True
+                        rejected.append({**rec, "errors": ["not evaluated: budget spent"]})
+                        continue
+                    seen.add(child.sibling_id)
+                    res = {k: list(v) for k, v in evaluate(child, val_tasks).items()}
+                    evals += 1
+                    missing = _complete(res, val_tasks)
+                    if missing:
+                        rejected.append({**rec, "errors": [
+                            f"incomplete evaluation: only infrastructure errors on "
+                            f"{len(missing)} validation tasks"]})
+                        continue
+                    if len(solved_tasks(res)) < cfg.min_val_solved:
+                        rejected.append({**rec, "errors": [
+                            f"solves {len(solved_tasks(res))} validation tasks (< "
+                            f"min_val_solved={cfg.min_val_solved})"], "validation": res})
+                        continue
+                    entries.append(PoolEntry(child, gen, pid, d.name, o.editor, res,
+                                             cfg.policy_version, harness_cost(child), o.notes))
+                    glog["accepted"] += 1
+        glog["rejected"] = glog["proposed"] - glog["accepted"]
+        glog["joint_coverage"] = len(joint_coverage({e.sibling_id: e.solved() for e in entries},
+                                                    [e.sibling_id for e in entries]))
+        generations.append(glog)
+        log.info("evolution generation %d: %d parents, directions %s, %d/%d accepted, joint "
+                 "coverage %d/%d", gen, len(parents), glog["directions"], glog["accepted"],
+                 glog["proposed"], glog["joint_coverage"], len(val_tasks))
+        if on_generation is not None:
+            on_generation(glog)
+        if budget_hit or (cfg.max_child_evaluations and evals >= cfg.max_child_evaluations):
+            stop = f"evaluation budget spent ({evals} child evaluations)"
+            break
+    task_info = {t.task_id: {"category": t.category, "text": task_text(t, 300)}
+                 for t in list(val_tasks)}
+    return EvolutionResult(entries, rejected, generations, h0_failures, task_info,
+                           [t.task_id for t in val_tasks], stop, evals,
+                           time.perf_counter() - t0, cfg)
