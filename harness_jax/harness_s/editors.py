@@ -111,6 +111,11 @@ ANSWER_CONDITION = {"any": [{"contains": ["action.text", "final answer"]},
                             {"eq": ["action.name", "commit_final_answer"]},
                             {"eq": ["action.name", "submit"]},
                             {"startswith": ["action.text", "answer:"]}]}
+# An error observation: the generic predicate plus the wording of common engines/tools.
+ERROR_CONDITION = {"any": [{"pred": "observation_has_error"}] + [
+    {"contains": ["obs.text", w]} for w in ("no such", "doesn't exist", "does not exist",
+                                            "syntax", "unknown column", "unknown table",
+                                            "traceback", "timed out")]}
 ENV_TEXT = {
     "dbbench": {
         "inspect": "look at the table first (e.g. SELECT * FROM the table LIMIT 5) and answer "
@@ -225,7 +230,7 @@ def _inspect_before_answer(parent: Sibling, ctx: EditContext) -> Sibling:
 def _error_recovery(parent: Sibling, ctx: EditContext) -> Sibling:
     return with_actions(parent, "error_recovery_hint", [
         {"type": "add_recovery_rule", "id": "hs_error_recovery",
-         "when": {"pred": "observation_has_error"}, "effect": "inject_hint",
+         "when": ERROR_CONDITION, "effect": "inject_hint",
          "message": env_text(ctx, "recover")}], ctx.env_name, "recover from errors")
 
 

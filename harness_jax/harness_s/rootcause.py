@@ -79,6 +79,7 @@ FORMAT_ERRORS = re.compile(
 ANSWER_TOOLS = re.compile(r"^(commit_final_answer|submit|answer|final_answer|finish|"
                           r"submit_answer)$", re.I)
 ANSWER_TEXT = re.compile(r"final answer\s*:|^\s*answer\s*:|action:\s*answer\b", re.I | re.M)
+ROWS = re.compile(r"^\s*\[\s*[\(\[\{]")   # a result set (rows may contain the word "error")
 EMPTY_OBS = re.compile(r"^\s*(\[\s*\]|\(\s*\)|none|null|\(no observation\)|)\s*$", re.I)
 
 
@@ -102,7 +103,7 @@ def register_answer_pattern(tool_names: Sequence[str] = (), text_pattern: str = 
 
 def error_class(text: str) -> Optional[str]:
     """The error class of an observation (None when it reads as a normal result)."""
-    if not text or FORMAT_ERRORS.search(text):
+    if not text or FORMAT_ERRORS.search(text) or ROWS.match(text):
         return None
     head = text[:600]
     for name, rx in ERROR_CLASSES:
