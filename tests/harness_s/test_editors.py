@@ -1,0 +1,144 @@
+"""Editors: every deterministic operator yields a valid, different child; the LLM editor's answers
+are applied, validated, repaired once or rejected (scripted OpenAI-compatible server over real
+HTTP, a test double)."""
+import json
+
+import pytest
+
+from harness_jax import harness_s
+from harness_jax.harness.presets import base_harness
+from harness_jax.harness.siblings import Sibling
+from harness_jax.harness.validation import validate_patch
+from harness_jax.harness_s.editors import (OPERATORS, EditContext, NotApplicable,
+                                           apply_spec_changes)
+from harness_jax.harness_s.llm import make_client
+from harness_jax.harness_s.rootcause import Direction
+
+from .doubles import first_user
+
+
+def _h0(protocol="text"):
+    return Sibling(base_harness("dbbench", protocol), name="H0")
+
+
+def _dir(name, n=3):
+    return Direction(name, n, [f"e{i}" for i in range(n)], ["t1"], [])
+
+
+@pytest.mark.parametrize("protocol", ["text", "function"])
+@pytest.mark.parametrize("op", sorted(OPERATORS))
+def test_every_operator_makes_a_valid_distinct_child(op, protocol):
+    h0 = _h0(protocol)
+    child = OPERATORS[op].apply(h0, EditContext("dbbench", protocol))
+    assert child.sibling_id != h0.sibling_id and child.name == f"H0+{op}"
+    assert child.spec.parent_id == h0.spec.harness_id
+    if child.patch is not None:                     # overlays re-validate from their dict form
+        assert validate_patch(child.patch.to_dict(), env_name="dbbench").ok
+    assert Sibling.from_dict(child.to_dict(), "dbbench").sibling_id == child.sibling_id
+    assert child.describe_changes(h0)
+
+
+def test_operators_compose_and_refuse_to_reapply():
+    ctx = EditContext("dbbench", "text")
+    a = OPERATORS["error_recovery_hint"].apply(_h0(), ctx)
+    b = OPERATORS["block_answer_after_error"].apply(a, ctx)
+    assert [x["type"] for x in b.patch.actions] == ["add_recovery_rule", "add_code_hook"]
+    assert b.patch.description == "recover from errors; no answer right after an error"
+    for op, parent in (("error_recovery_hint", a), ("block_answer_after_error", b),
+                       ("answer_format_normaliser", b)):
+        with pytest.raises(NotApplicable):
+            OPERATORS[op].apply(parent, ctx)
+    with pytest.raises(NotApplicable, match="no worked example"):
+        OPERATORS["worked_example"].apply(Sibling(base_harness("toy"), name="H0"),
+                                          EditContext("toy", "text"))
+
+
+def test_deterministic_editor_maps_directions_to_operators():
+    ed = harness_s.make_editor("deterministic")
+    ctx = EditContext("dbbench", "text")
+    outs = ed.propose(_h0(), _dir("tool_error:unknown_column"), n=5, context=ctx)
+    assert [o.editor for o in outs] == ["deterministic:schema_preview",
+                                        "deterministic:error_recovery_hint"]
+    assert all(o.ok and o.direction == "tool_error:unknown_column" for o in outs)
+    assert len(ed.propose(_h0(), _dir("answered_after_error"), n=1, context=ctx)) == 1
+    assert ed.propose(_h0(), _dir("some_novel_cause"), n=2, context=ctx) == []
+    only = harness_s.make_editor("deterministic", operators=["inspect_before_answer"])
+    outs = only.propose(_h0(), _dir("answered_without_inspecting"), n=3, context=ctx)
+    assert [o.editor for o in outs] == ["deterministic:inspect_before_answer"]
+    with pytest.raises(ValueError, match="unknown edit operator"):
+        harness_s.make_editor("deterministic", operators=["nope"])
+    with pytest.raises(ValueError, match="unknown editor"):
+        harness_s.make_editor("genetic")
+    with pytest.raises(ValueError, match="needs an OpenAI-compatible client"):
+        harness_s.make_editor("llm")
+
+
+def test_spec_changes_name_the_bad_path():
+    spec = _h0().spec
+    c = apply_spec_changes(spec, {"rules.max_turns": 30, "system_prompt": "Be careful."}, "c")
+    assert c.rules.max_turns == 30 and c.system_prompt == "Be careful." and c.name == "c"
+    with pytest.raises(ValueError, match="spec_changes.tools: not editable"):
+        apply_spec_changes(spec, {"tools": []}, "c")
+    with pytest.raises(ValueError, match="rules.max_turns"):
+        apply_spec_changes(spec, {"rules.max_turns": 0}, "c")
+
+
+GOOD_OVERLAY = {"schema_version": "harness-r1-patch-v1", "benchmark": "dbbench",
+                "description": "inspect first",
+                "actions": [{"type": "add_or_edit_skill", "id": "inspect",
+                             "text": "Look at the table before answering."}]}
+
+
+def _editor(chat_server, tmp_path, **kw):
+    return harness_s.make_editor("llm", client=make_client(
+        chat_server.url, "editor-model", cache_dir=str(tmp_path / "c")), **kw)
+
+
+def test_llm_editor_proposes_validated_children(chat_server, tmp_path):
+    chat_server.handler = lambda body: json.dumps({
+        "rationale": "the agent answers too early",
+        "spec_changes": {"system_prompt": f"Inspect first (variant {body['seed']})."},
+        "overlay": GOOD_OVERLAY})
+    ed = _editor(chat_server, tmp_path, seed=10)
+    ctx = EditContext("dbbench", "text", excerpts=("### Trace 1\nASSISTANT: ...",), seed=2)
+    outs = ed.propose(_h0(), _dir("answered_without_inspecting"), n=2, context=ctx)
+    assert [o.ok for o in outs] == [True, True] and outs[0].editor == "llm:editor-model"
+    assert outs[0].child.sibling_id != outs[1].child.sibling_id     # seeds 12 and 13
+    assert outs[0].child.spec.system_prompt == "Inspect first (variant 12)."
+    assert outs[0].child.patch.actions[0]["id"] == "inspect"
+    prompt = first_user(chat_server.requests[0])
+    assert "Direction: answered_without_inspecting" in prompt and "### Trace 1" in prompt
+    assert '"preamble"' in prompt and "tools" not in json.loads(
+        prompt.split("Parent spec:\n", 1)[1].split("\n\nParent overlay", 1)[0])
+
+
+def test_llm_editor_repairs_once_or_rejects(chat_server, tmp_path):
+    bad_overlay = dict(GOOD_OVERLAY, actions=[{"type": "add_code_hook", "hook": "on_init",
+                                               "code": "import os\ndef hook(ctx, nb):\n    return None"}])
+    script = iter([json.dumps({"rationale": "x", "overlay": bad_overlay}),
+                   json.dumps({"rationale": "x", "overlay": GOOD_OVERLAY}),       # repaired
+                   json.dumps({"rationale": "x", "spec_changes": {}}),             # no-op
+                   json.dumps({"rationale": "x", "spec_changes": {"tools": None}})])  # still bad
+    chat_server.handler = lambda body: next(script)
+    ed = _editor(chat_server, tmp_path)
+    ctx = EditContext("dbbench", "text")
+    first = ed.propose(_h0(), _dir("answered_without_inspecting"), n=1, context=ctx)[0]
+    assert first.ok and first.notes == "repaired"
+    repair = chat_server.requests[1]["messages"][-1]["content"]
+    assert "overlay: " in repair and "import" in repair
+    ctx2 = EditContext("dbbench", "text", seed=5)
+    second = ed.propose(_h0(), _dir("answered_without_inspecting"), n=1, context=ctx2)[0]
+    assert not second.ok and second.child is None
+    assert "not editable" in second.errors[0]
+    assert "changes nothing" in chat_server.requests[3]["messages"][-1]["content"]
+
+
+def test_auto_editor_uses_the_llm_only_for_what_operators_miss(chat_server, tmp_path):
+    chat_server.handler = lambda body: json.dumps({"rationale": "x", "overlay": GOOD_OVERLAY})
+    client = make_client(chat_server.url, "m")
+    ed = harness_s.make_editor("auto", client=client)
+    ctx = EditContext("dbbench", "text")
+    outs = ed.propose(_h0(), _dir("answered_without_inspecting"), n=2, context=ctx)
+    assert all(o.editor.startswith("deterministic:") for o in outs) and not chat_server.requests
+    outs = ed.propose(_h0(), _dir("misread_question"), n=1, context=ctx)
+    assert [o.editor for o in outs] == ["llm:m"] and outs[0].ok
