@@ -21,7 +21,8 @@ from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joi
 from harness_jax.harness_s.editors import (OPERATORS, DeterministicEditor, EditContext,
                                            EditOperator, EditOutcome, Editor, LLMEditor,
                                            make_editor, register_operator)
-from harness_jax.harness_s.evolve import EvolutionConfig, EvolutionResult, evolve
+from harness_jax.harness_s.evolve import (EvolutionConfig, EvolutionResult, evolve,
+                                          executor_rollout)
 from harness_jax.harness_s.features import SuccessModel, failure_features, task_features
 from harness_jax.harness_s.pool import (PoolEntry, SiblingPool, freeze_pool, harness_cost,
                                         load_pool, pool_report, results_from_trajectories)
@@ -42,7 +43,7 @@ __all__ = [
     "LLMDiagnoser", "LLMEditor", "LLMProfiler", "OPERATORS", "PairedResult", "PoolEntry",
     "ROUTERS", "RescueRecord", "RootCause", "Router", "RouterConfig", "SiblingPool",
     "SuccessModel", "VoterSpec", "aggregate_rankings", "coverage_select", "evolve",
-    "exclusive_tasks", "extract_root_cause", "failure_features", "find_router_problems",
+    "exclusive_tasks", "executor_rollout", "extract_root_cause", "failure_features", "find_router_problems",
     "freeze_pool", "harness_cost", "joint_coverage", "label_failures", "load_pool",
     "make_editor", "make_router", "pair_trajectories", "pool_report", "reanchor",
     "reanchor_from_trajectories", "register_operator", "register_router", "repair_directions",

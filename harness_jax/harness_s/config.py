@@ -161,11 +161,11 @@ def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
         pool_size = len(pool)
     n_cand = None if pool_size is None else pool_size - (0 if include_base else 1)
     if pool_size is not None and n_cand < 1:
-        bad("include_base" if pool_size == 1 else "name", pool_size,
-            f"the sibling pool is empty: it has {pool_size} harness(es) and "
+        out.append(Problem(
+            path, f"<pool of {pool_size}>", f"the sibling pool is empty: it has {pool_size} harness(es) and "
             f"{'no helper besides H0' if pool_size == 1 else 'not even H0'}",
             "evolve a pool first (launch/evolve.py) and point the run at its pool file, or "
-            "turn rescue off")
+            "turn rescue off"))
     k = _get(cfg, "top_k")
     if not _is_int(k) or k < 1:
         bad("top_k", k, "must be an integer >= 1", f"set --config.{path}.top_k=4 (or 1 for Rank-1)")

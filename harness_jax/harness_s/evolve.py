@@ -103,6 +103,24 @@ class EvolutionResult:
         return freeze_pool(self.pool(), directory)
 
 
+def executor_rollout(engine, env_factory: Callable, *, tokenizer=None, n_per_task: int = 1,
+                     config=None, run_id: str = "evolve") -> Rollout:
+    """A ``rollout`` that runs a sibling (spec + overlay) through the harness executor:
+    ``n_per_task`` episodes per task with the policy behind ``engine`` (synchronous; for
+    ``launch/evolve.py`` and tests, not for use inside a running event loop)."""
+    import asyncio
+
+    from harness_jax.harness.executor import ExecutorConfig, run_episodes
+
+    cfg = config or ExecutorConfig()
+
+    def rollout(sibling: Sibling, tasks: Sequence[Task]) -> list[Trajectory]:
+        return asyncio.run(run_episodes(engine, env_factory, list(tasks), sibling.spec,
+                                        sibling.patch, n_per_task=n_per_task,
+                                        tokenizer=tokenizer, config=cfg, run_id=run_id))
+    return rollout
+
+
 def _complete(results: Mapping[str, Sequence[Optional[bool]]], tasks: Sequence[Task]) -> list[str]:
     """Validation tasks without a single non-infrastructure attempt."""
     return [t.task_id for t in tasks if not any(a is not None for a in results.get(t.task_id, []))]

@@ -3,14 +3,13 @@ the sandboxed hook workers), with the deterministic editors and a scripted polic
 (``doubles.ReactivePolicy``: a test double, because no trained model runs here) whose failures
 depend on the harness: the evolved pool's joint coverage must beat its best single sibling, and
 the root causes, directions, report and profiles must reflect the policy's real weaknesses."""
-import asyncio
 import os
 
 import pytest
 
 from harness_jax import harness_s
 from harness_jax.envs import dbbench
-from harness_jax.harness.executor import ExecutorConfig, run_episodes
+from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.presets import base_harness
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness_s.coverage import joint_coverage
@@ -37,11 +36,12 @@ def world(qwen_tok):
     policy = ReactivePolicy(qwen_tok, items)
     trajectories = {}
 
+    run = harness_s.executor_rollout(
+        policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"),
+        tokenizer=qwen_tok, config=ExecutorConfig(concurrency=8, infra_retries=0))
+
     def rollout(sib, tasks):
-        trajs = asyncio.run(run_episodes(
-            policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), tasks,
-            sib.spec, sib.patch, tokenizer=qwen_tok,
-            config=ExecutorConfig(concurrency=8, infra_retries=0)))
+        trajs = run(sib, tasks)
         trajectories.setdefault(sib.sibling_id, []).extend(trajs)
         return trajs
 
