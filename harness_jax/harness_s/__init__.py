@@ -15,8 +15,7 @@ Public API::
 
 See docs/harness_s.md for the design and the interfaces the training loop uses.
 """
-from harness_jax.harness_s.config import (RouterConfig, VoterSpec, find_router_problems,
-                                          router_config, validate_router_config)
+from harness_jax.harness_s.config import RouterConfig, VoterSpec, router_config
 from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joint_coverage
 from harness_jax.harness_s.editors import (OPERATORS, DeterministicEditor, EditContext,
                                            EditOperator, EditOutcome, Editor, LLMEditor,
@@ -33,9 +32,10 @@ from harness_jax.harness_s.rescue import (RescueRecord, rescue_advantages_G,
 from harness_jax.harness_s.rootcause import (Direction, LLMDiagnoser, RootCause,
                                              extract_root_cause, label_failures,
                                              repair_directions)
-from harness_jax.harness_s.routers import (ROUTERS, Router, aggregate_rankings, make_router,
-                                           reanchor, reanchor_from_trajectories,
-                                           register_router)
+from harness_jax.harness_s.routers import (ROUTERS, Router, aggregate_rankings,
+                                           find_router_problems, make_router, reanchor,
+                                           reanchor_from_trajectories, register_router,
+                                           validate_router_config)
 
 __all__ = [
     "BehaviourProfile", "DeterministicEditor", "Direction", "EditContext", "EditOperator",

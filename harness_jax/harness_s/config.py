@@ -2,10 +2,10 @@
 
     from harness_jax.harness_s import config as hs_config
     c.harness_s.router = hs_config.router_config()          # the schema with its defaults
-    problems = hs_config.find_router_problems(c.harness_s.router, pool_size=len(pool),
+    problems = harness_s.find_router_problems(c.harness_s.router, pool=pool,
                                               path="harness_s.router")   # list[Problem]
 
-``find_router_problems`` reports every problem with its dotted path, the bad value and the fix,
+``find_router_problems`` (in ``routers``, which knows the registered names) reports every problem with its dotted path, the bad value and the fix,
 in ``harness_jax.config_validation``'s ``Problem`` form, so ``config_validation.find_problems``
 can append them to its own list. ``make_router`` runs the same checks and raises
 ``ConfigValidationError``.
@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 import ml_collections
 from ml_collections import config_dict
 
-from harness_jax.config_validation import ConfigValidationError, Problem
+from harness_jax.config_validation import Problem
 
 METRICS = ("rescue_rate", "success_rate")
 AGGREGATIONS = ("borda", "rrf")
@@ -135,17 +135,18 @@ def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
-                         pool_size: Optional[int] = None, path: str = "harness_s.router",
-                         environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
-    """Every problem of a router section (empty when fine).
+def router_config_problems(cfg: Any, *, router_names: Sequence[str],
+                           pool: Optional[Sequence] = None, pool_size: Optional[int] = None,
+                           path: str = "harness_s.router",
+                           environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of a router section (empty when fine); ``routers.find_router_problems``
+    passes the registered ``router_names``.
 
     pool / pool_size: the sibling pool (H0 included) the router will rank, when known; names in
     ``mixture_weights`` are checked against ``pool``. environ: where voters' key variables must
     be set (default ``os.environ``).
     """
-    from harness_jax.harness_s.routers import ROUTERS
-
+    ROUTERS = sorted(router_names)
     env = os.environ if environ is None else environ
     out: list[Problem] = []
 
@@ -257,18 +258,6 @@ def _check_votes(cfg, bad, path, env, needs_voters: bool) -> None:
     ec = _get(cfg, "votes.excerpt_chars", 1500)
     if not _is_int(ec) or ec < 0:
         bad("votes.excerpt_chars", ec, "must be an integer >= 0", "e.g. 1500")
-
-
-def validate_router_config(cfg: Any, pool: Optional[Sequence] = None, *,
-                           path: str = "harness_s.router",
-                           environ: Optional[Mapping[str, str]] = None) -> RouterConfig:
-    """Raises ``ConfigValidationError`` listing every problem; returns the parsed config."""
-    if isinstance(cfg, RouterConfig):
-        cfg = router_config_dict(cfg)
-    problems = find_router_problems(cfg, pool=pool, path=path, environ=environ)
-    if problems:
-        raise ConfigValidationError(problems)
-    return RouterConfig.from_config(cfg)
 
 
 def router_config_dict(rc: RouterConfig) -> dict:

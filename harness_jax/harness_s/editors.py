@@ -198,8 +198,10 @@ SCHEMA_PREVIEW_HOOK = '''def hook(ctx, nb):
     m = re.search(r"name of this table is (.+?), and the headers", text)
     if m:
         q = "SELECT * FROM `" + m.group(1).strip() + "` LIMIT 5"
-        return {"message": "Start by previewing the table: run " + q + " and read the columns and values before writing the real query."}
-    return {"message": "Start by inspecting the data source (its schema and a few rows) before writing the real query."}
+        return {"message": "Start by previewing the table: run " + q
+                + " and read the columns and values before writing the real query."}
+    return {"message": "Start by inspecting the data source (its schema and a few rows) "
+                       "before writing the real query."}
 '''
 
 
@@ -244,7 +246,9 @@ BLOCK_AFTER_ERROR_HOOK = '''def hook(ctx, nb):
         return None
     last = str(hist[-1].get("observation") or "")
     if re.search(r"error|exception|no such|unknown column|doesn't exist|failed", last, re.I):
-        return {"kind": "block_and_prompt", "message": "Do not answer yet: the previous action did not succeed. Correct it and run it again, then answer from its result."}
+        return {"kind": "block_and_prompt",
+                "message": "Do not answer yet: the previous action did not succeed. Correct "
+                           "it and run it again, then answer from its result."}
     return None
 '''
 
@@ -364,7 +368,8 @@ def hook(ctx, nb):
                 args[key] = nv
                 changed = True
         if changed:
-            return {"kind": "rewrite_action", "message": "", "action": {"name": name, "arguments": args}}
+            return {"kind": "rewrite_action", "message": "",
+                    "action": {"name": name, "arguments": args}}
         return None
     text = str(act.get("text") or "")
     m = re.search(r"Final Answer:(.*)", text)
@@ -374,7 +379,8 @@ def hook(ctx, nb):
     if body.startswith("["):
         return None
     value = clean(body).replace('"', "'")
-    return {"kind": "rewrite_action", "message": "", "action": text[:m.start()] + 'Final Answer: ["' + value + '"]'}
+    new = text[:m.start()] + 'Final Answer: ["' + value + '"]'
+    return {"kind": "rewrite_action", "message": "", "action": new}
 '''
 
 

@@ -126,6 +126,117 @@ def _complete(results: Mapping[str, Sequence[Optional[bool]]], tasks: Sequence[T
     return [t.task_id for t in tasks if not any(a is not None for a in results.get(t.task_id, []))]
 
 
+class _Evolution:
+    """The state of one evolution run (the steps of ``evolve``)."""
+
+    def __init__(self, base, train_tasks, val_tasks, rollout, evaluate, editor, cfg, diagnoser):
+        self.base, self.train, self.val = base, list(train_tasks), list(val_tasks)
+        self.rollout, self.evaluate, self.editor = rollout, evaluate, editor
+        self.cfg, self.diagnoser = cfg, diagnoser
+        self.entries: list[PoolEntry] = []
+        self.seen = {base.sibling_id}
+        self.expanded: set[str] = set()
+        self.failures: dict[str, tuple] = {}
+        self.rejected: list[dict] = []
+        self.evals = 0
+        self.budget_hit = False
+        self.h0_failures: dict[str, list] = {}
+
+    def run_h0(self) -> None:
+        """H0 on the validation split: its results and the features of its failures."""
+        h0_val = list(self.rollout(self.base, self.val))
+        res = results_from_trajectories(h0_val)
+        missing = _complete(res, self.val)
+        if missing:
+            raise RuntimeError(f"H0's validation run is incomplete (only infrastructure errors "
+                               f"on {len(missing)} tasks, e.g. {missing[:3]}); fix the "
+                               "environment before evolving")
+        for t in h0_val:
+            f = episode_features(t)
+            if f:
+                self.h0_failures.setdefault(t.task_id, []).append(f)
+        self.entries.append(PoolEntry(self.base, 0, None, None, "base", res,
+                                      self.cfg.policy_version, harness_cost(self.base), "H0"))
+
+    def parents(self, gen: int) -> list[str]:
+        """Generation 1: H0. Later: greedy joint coverage over the unexpanded siblings."""
+        cands = [e.sibling_id for e in self.entries if e.sibling_id not in self.expanded]
+        if gen == 1 or not cands:
+            return cands[:1] if gen == 1 else []
+        return coverage_select({e.sibling_id: e.solved() for e in self.entries},
+                               self.cfg.parents_per_generation,
+                               {e.sibling_id: e.cost for e in self.entries}, cands)
+
+    def directions(self, parent: Sibling):
+        """The parent's repair directions from its failures on the training tasks (cached)."""
+        pid = parent.sibling_id
+        if pid not in self.failures:
+            trajs = list(self.rollout(parent, self.train))
+            causes, report = label_failures(trajs, self.diagnoser)
+            self.failures[pid] = ({t.episode_id: t for t in trajs}, causes, report)
+        by_ep, causes, report = self.failures[pid]
+        dirs = repair_directions(causes, self.cfg.min_failures, self.cfg.max_directions)
+        return dirs, by_ep, report.get("labels", {})
+
+    def consider(self, o, gen: int, direction: str) -> bool:
+        """Validates, evaluates and keeps (or records the rejection of) one proposal."""
+        rec = {"generation": gen, **o.to_dict()}
+        reason = None
+        if not o.ok:
+            self.rejected.append(rec)
+            return False
+        if o.child.sibling_id in self.seen:
+            reason = "duplicate of an existing sibling"
+        elif self.evals >= self.cfg.max_child_evaluations:
+            self.budget_hit = True
+            reason = "not evaluated: budget spent"
+        if reason:
+            self.rejected.append({**rec, "errors": [reason]})
+            return False
+        self.seen.add(o.child.sibling_id)
+        res = {k: list(v) for k, v in self.evaluate(o.child, self.val).items()}
+        self.evals += 1
+        missing = _complete(res, self.val)
+        n_solved = len(solved_tasks(res))
+        if missing:
+            reason = (f"incomplete evaluation: only infrastructure errors on {len(missing)} "
+                      "validation tasks")
+        elif n_solved < self.cfg.min_val_solved:
+            reason = (f"solves {n_solved} validation tasks (< min_val_solved="
+                      f"{self.cfg.min_val_solved})")
+        if reason:
+            self.rejected.append({**rec, "errors": [reason], "validation": res})
+            return False
+        self.entries.append(PoolEntry(o.child, gen, o.parent_id, direction, o.editor, res,
+                                      self.cfg.policy_version, harness_cost(o.child), o.notes))
+        return True
+
+    def generation(self, gen: int) -> dict:
+        cfg = self.cfg
+        parents = self.parents(gen)
+        glog = {"generation": gen, "parents": parents, "directions": [], "proposed": 0,
+                "accepted": 0, "labels": {}}
+        by_id = {e.sibling_id: e.sibling for e in self.entries}
+        for pid in parents:
+            self.expanded.add(pid)
+            dirs, by_ep, glog["labels"][pid] = self.directions(by_id[pid])
+            for d in dirs:
+                glog["directions"].append(d.name)
+                excerpts = tuple(render_trace(by_ep[e], i + 1) for i, e in
+                                 enumerate(d.episode_ids[:cfg.excerpts_per_direction])
+                                 if e in by_ep)
+                ctx = EditContext(cfg.env_name, cfg.protocol, excerpts, seed=gen)
+                for o in self.editor.propose(by_id[pid], d, n=cfg.children_per_direction,
+                                             context=ctx):
+                    glog["proposed"] += 1
+                    glog["accepted"] += self.consider(o, gen, d.name)
+        glog["rejected"] = glog["proposed"] - glog["accepted"]
+        glog["joint_coverage"] = len(joint_coverage({e.sibling_id: e.solved()
+                                                     for e in self.entries},
+                                                    [e.sibling_id for e in self.entries]))
+        return glog
+
+
 def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Task],
            rollout: Rollout, editor: Editor, config: EvolutionConfig,
            evaluate: Optional[Evaluate] = None, diagnoser: Optional[LLMDiagnoser] = None,
@@ -137,105 +248,26 @@ def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Ta
     if evaluate is None:
         def evaluate(sib, tasks):
             return results_from_trajectories(rollout(sib, tasks))
-    cfg = config
-    h0_val = list(rollout(base, val_tasks))
-    h0_results = results_from_trajectories(h0_val)
-    missing = _complete(h0_results, val_tasks)
-    if missing:
-        raise RuntimeError(f"H0's validation run is incomplete (only infrastructure errors on "
-                           f"{len(missing)} tasks, e.g. {missing[:3]}); fix the environment "
-                           "before evolving")
-    h0_failures: dict[str, list] = {}
-    for t in h0_val:
-        f = episode_features(t)
-        if f:
-            h0_failures.setdefault(t.task_id, []).append(f)
-    entries = [PoolEntry(base, 0, None, None, "base", {k: list(v) for k, v in h0_results.items()},
-                         cfg.policy_version, harness_cost(base), "H0")]
-    seen = {base.sibling_id}
-    expanded: set[str] = set()
-    failures_cache: dict[str, tuple] = {}
-    rejected: list[dict] = []
+    ev = _Evolution(base, train_tasks, val_tasks, rollout, evaluate, editor, config, diagnoser)
+    ev.run_h0()
     generations: list[dict] = []
-    evals = 0
-    stop = f"reached max_generations={cfg.max_generations}"
-    for gen in range(1, cfg.max_generations + 1):
-        cands = [e.sibling_id for e in entries if e.sibling_id not in expanded]
-        if not cands:
+    stop = f"reached max_generations={config.max_generations}"
+    for gen in range(1, config.max_generations + 1):
+        if not ev.parents(gen):
             stop = "no unexpanded sibling left to edit"
             break
-        if gen == 1:
-            parents = [base.sibling_id]
-        else:
-            solved = {e.sibling_id: e.solved() for e in entries}
-            costs = {e.sibling_id: e.cost for e in entries}
-            parents = coverage_select(solved, cfg.parents_per_generation, costs, cands)
-        glog = {"generation": gen, "parents": parents, "directions": [], "proposed": 0,
-                "accepted": 0, "rejected": 0, "labels": {}}
-        by_id = {e.sibling_id: e for e in entries}
-        budget_hit = False
-        for pid in parents:
-            expanded.add(pid)
-            parent = by_id[pid].sibling
-            if pid not in failures_cache:
-                trajs = list(rollout(parent, train_tasks))
-                causes, report = label_failures(trajs, diagnoser)
-                failures_cache[pid] = (trajs, causes, report)
-            trajs, causes, report = failures_cache[pid]
-            glog["labels"][pid] = report.get("labels", {})
-            dirs = repair_directions(causes, cfg.min_failures, cfg.max_directions)
-            traj_by_ep = {t.episode_id: t for t in trajs}
-            for d in dirs:
-                glog["directions"].append(d.name)
-                excerpts = tuple(render_trace(traj_by_ep[e], i + 1)
-                                 for i, e in enumerate(d.episode_ids[:cfg.excerpts_per_direction])
-                                 if e in traj_by_ep)
-                ctx = EditContext(cfg.env_name, cfg.protocol, excerpts, seed=gen)
-                for o in editor.propose(parent, d, n=cfg.children_per_direction, context=ctx):
-                    glog["proposed"] += 1
-                    rec = {"generation": gen, **o.to_dict()}
-                    if not o.ok:
-                        rejected.append(rec)
-                        continue
-                    child = o.child
-                    if child.sibling_id in seen:
-                        rejected.append({**rec, "errors": ["duplicate of an existing sibling"]})
-                        continue
-                    if evals >= cfg.max_child_evaluations:
-                        budget_hit = True
-                        rejected.append({**rec, "errors": ["not evaluated: budget spent"]})
-                        continue
-                    seen.add(child.sibling_id)
-                    res = {k: list(v) for k, v in evaluate(child, val_tasks).items()}
-                    evals += 1
-                    missing = _complete(res, val_tasks)
-                    if missing:
-                        rejected.append({**rec, "errors": [
-                            f"incomplete evaluation: only infrastructure errors on "
-                            f"{len(missing)} validation tasks"]})
-                        continue
-                    if len(solved_tasks(res)) < cfg.min_val_solved:
-                        rejected.append({**rec, "errors": [
-                            f"solves {len(solved_tasks(res))} validation tasks (< "
-                            f"min_val_solved={cfg.min_val_solved})"], "validation": res})
-                        continue
-                    entries.append(PoolEntry(child, gen, pid, d.name, o.editor, res,
-                                             cfg.policy_version, harness_cost(child), o.notes))
-                    glog["accepted"] += 1
-        glog["rejected"] = glog["proposed"] - glog["accepted"]
-        glog["joint_coverage"] = len(joint_coverage({e.sibling_id: e.solved() for e in entries},
-                                                    [e.sibling_id for e in entries]))
+        glog = ev.generation(gen)
         generations.append(glog)
-        log.info("evolution generation %d: %d parents, directions %s, %d/%d accepted, joint "
-                 "coverage %d/%d", gen, len(parents), glog["directions"], glog["accepted"],
+        log.info("evolution generation %d: parents %s, directions %s, %d/%d accepted, joint "
+                 "coverage %d/%d", gen, glog["parents"], glog["directions"], glog["accepted"],
                  glog["proposed"], glog["joint_coverage"], len(val_tasks))
         if on_generation is not None:
             on_generation(glog)
-        if budget_hit or (cfg.max_child_evaluations and evals >= cfg.max_child_evaluations):
-            stop = f"evaluation budget spent ({evals} child evaluations)"
+        if ev.budget_hit or ev.evals >= config.max_child_evaluations:
+            stop = f"evaluation budget spent ({ev.evals} child evaluations)"
             break
     task_info = {t.task_id: {"category": t.category, "text": task_text(t, 300)}
-                 for t in list(val_tasks)}
-    return EvolutionResult(entries, rejected, generations, h0_failures, task_info,
-                           [t.task_id for t in val_tasks], stop, evals,
-                           time.perf_counter() - t0, cfg)
+                 for t in val_tasks}
+    return EvolutionResult(ev.entries, ev.rejected, generations, ev.h0_failures, task_info,
+                           [t.task_id for t in val_tasks], stop, ev.evals,
+                           time.perf_counter() - t0, config)

@@ -306,8 +306,9 @@ def pool_report(pool: SiblingPool, max_tasks: int = 40) -> str:
     for i, e in enumerate(pool.entries):
         sid = e.sibling_id
         rescued = len(solved[sid] & set(h0_fail))
+        parent = name.get(e.parent_id, e.parent_id) if e.parent_id else "-"
         lines.append(
-            f"| {i} | {e.name} | `{sid}` | {e.generation} | {name.get(e.parent_id, '-') if e.parent_id else '-'} | "
+            f"| {i} | {e.name} | `{sid}` | {e.generation} | {parent} | "
             f"{e.direction or '-'} | {e.editor} | {success_rate(e.validation):.2f} | "
             f"{len(solved[sid])}/{n_val} | {rescued}/{len(h0_fail)} | "
             f"{', '.join(sorted(only[sid])[:5]) or '-'}{' …' if len(only[sid]) > 5 else ''} |")

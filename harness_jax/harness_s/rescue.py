@@ -25,7 +25,7 @@ Both use ``rl.losses.group_advantages`` (same eps guard, scale and baseline opti
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 

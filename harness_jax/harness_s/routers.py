@@ -41,9 +41,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from harness_jax.config_validation import ConfigValidationError, Problem
 from harness_jax.envs.base import content_hash
 from harness_jax.harness.packets import render_trace
-from harness_jax.harness_s.config import RouterConfig, VoterSpec, validate_router_config
+from harness_jax.harness_s.config import (RouterConfig, VoterSpec, router_config_dict,
+                                          router_config_problems)
 from harness_jax.harness_s.features import (SuccessModel, as_trajectory, episode_features,
                                             task_features, task_text)
 from harness_jax.harness_s.pool import SiblingPool, results_from_trajectories, success_rate
@@ -504,6 +506,31 @@ def register_router(cls: type) -> type:
 for _cls in (RandomRouter, FixedMixtureRouter, ValidationTopKRouter, FeaturesRouter,
              LLMVoteRouter, HybridRouter):
     register_router(_cls)
+
+
+def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
+                         pool_size: Optional[int] = None, path: str = "harness_s.router",
+                         environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of a router config section, each with its dotted path, the bad value and
+    the fix (``config_validation.Problem``); empty when fine. For the central validator.
+
+    pool / pool_size: the pool the router will rank (H0 included), when known; environ: where
+    the voters' key variables must be set (default ``os.environ``).
+    """
+    return router_config_problems(cfg, router_names=list(ROUTERS), pool=pool,
+                                  pool_size=pool_size, path=path, environ=environ)
+
+
+def validate_router_config(cfg: Any, pool: Optional[Sequence] = None, *,
+                           path: str = "harness_s.router",
+                           environ: Optional[Mapping[str, str]] = None) -> RouterConfig:
+    """Raises ``ConfigValidationError`` listing every problem; returns the parsed config."""
+    if isinstance(cfg, RouterConfig):
+        cfg = router_config_dict(cfg)
+    problems = find_router_problems(cfg, pool=pool, path=path, environ=environ)
+    if problems:
+        raise ConfigValidationError(problems)
+    return RouterConfig.from_config(cfg)
 
 
 def make_router(config_router: Any, pool: Any, *, environ: Optional[Mapping[str, str]] = None,

@@ -142,3 +142,35 @@ def test_auto_editor_uses_the_llm_only_for_what_operators_miss(chat_server, tmp_
     assert all(o.editor.startswith("deterministic:") for o in outs) and not chat_server.requests
     outs = ed.propose(_h0(), _dir("misread_question"), n=1, context=ctx)
     assert [o.editor for o in outs] == ["llm:m"] and outs[0].ok
+
+
+def test_code_hook_operators_run_in_the_sandbox():
+    from harness_jax.harness import run_hook
+    from harness_jax.harness_s.editors import (BLOCK_AFTER_ERROR_HOOK, NORMALISE_ANSWER_HOOK,
+                                               SCHEMA_PREVIEW_HOOK)
+
+    def act(text="", name=None, args=None):
+        return {"action": {"text": text, "name": name, "arguments": args or {}}}
+
+    out = run_hook(NORMALISE_ANSWER_HOOK, act("Action: Answer\nFinal Answer: 42."), {},
+                   hook="on_before_action")
+    assert out == {"kind": "rewrite_action", "message": "",
+                   "action": 'Action: Answer\nFinal Answer: ["42"]'}
+    out = run_hook(NORMALISE_ANSWER_HOOK, act(name="commit_final_answer",
+                                              args={"answers": [" 42. ", "'x'"]}), {},
+                   hook="on_before_action")
+    assert out["action"] == {"name": "commit_final_answer", "arguments": {"answers": ["42", "x"]}}
+    assert run_hook(NORMALISE_ANSWER_HOOK, act('Final Answer: ["42"]'), {},
+                    hook="on_before_action") is None
+    ctx = dict(act("Action: Answer\nFinal Answer: [\"0\"]"),
+               history=[{"observation": "no such column: x"}])
+    assert run_hook(BLOCK_AFTER_ERROR_HOOK, ctx, {}, hook="on_before_action")["kind"] == \
+        "block_and_prompt"
+    ctx["history"] = [{"observation": "[(3,)]"}]
+    assert run_hook(BLOCK_AFTER_ERROR_HOOK, ctx, {}, hook="on_before_action") is None
+    task = {"instruction": "How many?\nThe name of this table is Stratus inventory, and the "
+                           "headers of this table are A,B."}
+    out = run_hook(SCHEMA_PREVIEW_HOOK, {"turn": 0, "task": task}, {}, hook="make_pre_hint")
+    assert "SELECT * FROM `Stratus inventory` LIMIT 5" in out["message"]
+    assert run_hook(SCHEMA_PREVIEW_HOOK, {"turn": 1, "task": task}, {},
+                    hook="make_pre_hint") is None
