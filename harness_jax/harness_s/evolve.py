@@ -7,8 +7,9 @@ rollouts and tests a scripted policy or a pure function:
   (used for H0's validation episodes, whose failures feed the router's features, and for
   the parents' failures on training tasks, which give the repair directions);
 * ``evaluate(sibling, tasks) -> {task_id: [True | False | None, ...]}`` scores a child on the
-  validation split, k attempts per task (``None`` = infrastructure error; default: the
-  successes of ``rollout``).
+  validation split, k attempts per task (``None`` = infrastructure error). Optional: by default
+  the children are scored by ``rollout`` itself, which also yields each child's offline
+  behaviour profile against H0 (paired validation episodes) for the frozen pool.
 
 Per generation: parents (generation 1: H0; later: greedy joint validation coverage over the
 valid siblings not yet expanded, ties to the cheaper harness) -> their failures on the training
@@ -36,6 +37,7 @@ from harness_jax.harness_s.editors import EditContext, Editor
 from harness_jax.harness_s.features import episode_features, task_text
 from harness_jax.harness_s.pool import (PoolEntry, SiblingPool, freeze_pool, harness_cost,
                                         results_from_trajectories, solved_tasks)
+from harness_jax.harness_s.profiles import pair_trajectories, summarise_offline
 from harness_jax.harness_s.rootcause import LLMDiagnoser, label_failures, repair_directions
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class EvolutionResult:
     child_evaluations: int
     wall_s: float
     config: EvolutionConfig
+    profiles: dict = dataclasses.field(default_factory=dict)  # child id -> offline profile
 
     def pool(self) -> SiblingPool:
         meta = {"generations": self.generations, "stop_reason": self.stop_reason,
@@ -96,7 +99,7 @@ class EvolutionResult:
                 "rejected": self.rejected[:500], "n_rejected": len(self.rejected)}
         return SiblingPool(self.entries, env_name=self.config.env_name,
                            val_task_ids=self.val_task_ids, task_info=self.task_info,
-                           h0_failures=self.h0_failures, meta=meta)
+                           h0_failures=self.h0_failures, profiles=self.profiles, meta=meta)
 
     def freeze(self, directory: str) -> SiblingPool:
         """Writes the content-addressed, read-only pool file and its report."""
@@ -131,7 +134,7 @@ class _Evolution:
 
     def __init__(self, base, train_tasks, val_tasks, rollout, evaluate, editor, cfg, diagnoser):
         self.base, self.train, self.val = base, list(train_tasks), list(val_tasks)
-        self.rollout, self.evaluate, self.editor = rollout, evaluate, editor
+        self.rollout, self.custom_evaluate, self.editor = rollout, evaluate, editor
         self.cfg, self.diagnoser = cfg, diagnoser
         self.entries: list[PoolEntry] = []
         self.seen = {base.sibling_id}
@@ -141,10 +144,13 @@ class _Evolution:
         self.evals = 0
         self.budget_hit = False
         self.h0_failures: dict[str, list] = {}
+        self.h0_val: list[Trajectory] = []
+        self.profiles: dict[str, dict] = {}
+        self.categories = {t.task_id: t.category for t in self.val}
 
     def run_h0(self) -> None:
         """H0 on the validation split: its results and the features of its failures."""
-        h0_val = list(self.rollout(self.base, self.val))
+        h0_val = self.h0_val = list(self.rollout(self.base, self.val))
         res = results_from_trajectories(h0_val)
         missing = _complete(res, self.val)
         if missing:
@@ -194,7 +200,7 @@ class _Evolution:
             self.rejected.append({**rec, "errors": [reason]})
             return False
         self.seen.add(o.child.sibling_id)
-        res = {k: list(v) for k, v in self.evaluate(o.child, self.val).items()}
+        res, trajs = self.evaluate(o.child)
         self.evals += 1
         missing = _complete(res, self.val)
         n_solved = len(solved_tasks(res))
@@ -209,7 +215,19 @@ class _Evolution:
             return False
         self.entries.append(PoolEntry(o.child, gen, o.parent_id, direction, o.editor, res,
                                       self.cfg.policy_version, harness_cost(o.child), o.notes))
+        if trajs is not None:        # rollout-based evaluation: profile the child for free
+            pairs = pair_trajectories(self.h0_val, trajs, self.categories)
+            self.profiles[o.child.sibling_id] = summarise_offline(
+                o.child.sibling_id, pairs, self.cfg.policy_version).to_dict()
         return True
+
+    def evaluate(self, child: Sibling):
+        """``(results, trajectories or None)`` of a child on the validation split."""
+        if self.custom_evaluate is not None:
+            res = self.custom_evaluate(child, self.val)
+            return {k: list(v) for k, v in res.items()}, None
+        trajs = list(self.rollout(child, self.val))
+        return results_from_trajectories(trajs), trajs
 
     def generation(self, gen: int) -> dict:
         cfg = self.cfg
@@ -245,9 +263,6 @@ def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Ta
     if not train_tasks or not val_tasks:
         raise ValueError("evolve needs training tasks (for failures) and validation tasks")
     t0 = time.perf_counter()
-    if evaluate is None:
-        def evaluate(sib, tasks):
-            return results_from_trajectories(rollout(sib, tasks))
     ev = _Evolution(base, train_tasks, val_tasks, rollout, evaluate, editor, config, diagnoser)
     ev.run_h0()
     generations: list[dict] = []
@@ -270,4 +285,4 @@ def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Ta
                  for t in val_tasks}
     return EvolutionResult(ev.entries, ev.rejected, generations, ev.h0_failures, task_info,
                            [t.task_id for t in val_tasks], stop, ev.evals,
-                           time.perf_counter() - t0, config)
+                           time.perf_counter() - t0, config, ev.profiles)

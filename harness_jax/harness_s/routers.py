@@ -202,6 +202,10 @@ class Router:
         self._write_log({"decision": decision})
         return top
 
+    def usage(self) -> dict:
+        """LLM calls, cache hits, tokens and cost per voter (empty for routers without LLMs)."""
+        return {}
+
     @property
     def last_decision_id(self) -> Optional[int]:
         return self.decisions[-1]["id"] if self.decisions else None
@@ -365,6 +369,9 @@ class LLMVoteRouter(FeaturesRouter):
             make_client(v.base_url, v.model, api_key_env=v.api_key_env or None,
                         cache_dir=config.cache_dir or None, timeout_s=config.vote_timeout_s,
                         max_retries=1) for v in self.voters]
+
+    def usage(self) -> dict:
+        return {v.name: c.usage_summary() for v, c in zip(self.voters, self.clients)}
 
     def failure_summary(self, failed: list) -> str:
         trajs = [t for t in (as_trajectory(e) for e in failed) if t is not None]

@@ -29,3 +29,17 @@ def traj(task_id, turns, success=False, status="completed", infra=False, categor
 
 ANSWER = 'Action: Answer\nFinal Answer: ["3"]'
 SQL = "Action: Operation\n```sql\nSELECT * FROM `t`;\n```"
+
+
+def router_cfg(**over):
+    """``harness_s.router_config()`` with dotted overrides (``**{"votes.voters": ...}``)."""
+    from harness_jax import harness_s
+
+    c = harness_s.router_config()
+    for k, v in over.items():
+        node, *rest = k.split(".")
+        if rest:
+            c[node][rest[0]] = v
+        else:
+            c[k] = v
+    return c

@@ -7,18 +7,11 @@ from harness_jax.harness.presets import base_harness
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness_s.pool import PoolEntry, SiblingPool
 
+from .builders import router_cfg
 from .test_routers import make_pool
 
 
-def _cfg(**over):
-    c = harness_s.router_config()
-    for k, v in over.items():
-        node, *rest = k.split(".")
-        if rest:
-            c[node][rest[0]] = v
-        else:
-            c[k] = v
-    return c
+_cfg = router_cfg
 
 
 def _problems(cfg, pool=None, environ=None, **kw):

@@ -107,6 +107,9 @@ def test_h0_failure_features_and_profiles_from_real_episodes(world):
         [t for t in trajectories[h0_id] if t.task_id in val_ids],
         [t for t in trajectories[we.sibling_id] if t.task_id in val_ids], cats)
     prof = harness_s.summarise_offline(we.sibling_id, pairs, "v7")
+    # evolution profiled every child from the same paired validation episodes
+    assert pool.profiles[we.sibling_id] == prof.to_dict()
+    assert set(pool.profiles) == set(pool.ids[1:])
     assert any(s.startswith("category=other") for s in prof.helps_when)
     assert any(s.startswith("category=DELETE") for s in prof.hurts_when)
     assert any("unparsable replies" in s and s.startswith("fewer") for s in

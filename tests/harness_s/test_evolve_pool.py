@@ -132,6 +132,7 @@ def test_frozen_pool_file(tmp_path):
     assert set(e.validation) == set(loaded.val_task_ids)
     assert loaded.h0_failures and loaded.meta["generations"][0]["generation"] == 1
     assert loaded.resolve(e.name) == e.sibling_id
+    assert loaded.profiles[e.sibling_id]["policy_version"] == "step-0"
     # a hand edit is detected
     data = json.load(open(pool.path))
     data["body"]["siblings"][1]["validation"][loaded.val_task_ids[0]] = [True, True]

@@ -11,7 +11,7 @@ from harness_jax.harness.siblings import Sibling
 from harness_jax.harness_s.pool import PoolEntry, SiblingPool
 from harness_jax.harness_s.profiles import EpisodeSummary, PairedResult
 
-from .builders import ANSWER, SQL, traj
+from .builders import ANSWER, SQL, router_cfg, traj
 
 A_FAIL = {"cause=answered_without_inspecting": 1.0, "turns": 0.1, "answered_first_turn": 1.0}
 B_FAIL = {"cause=answered_after_error": 1.0, "error=unknown_column": 1.0, "turns": 0.2}
@@ -58,15 +58,7 @@ def _task(cat, i=0):
 
 
 def _router(pool, name, **over):
-    cfg = harness_s.router_config()
-    cfg.name = name
-    for k, v in over.items():
-        node, *rest = k.split(".")
-        if rest:
-            cfg[node][rest[0]] = v
-        else:
-            cfg[k] = v
-    return harness_s.make_router(cfg, pool)
+    return harness_s.make_router(router_cfg(name=name, **over), pool)
 
 
 def test_validation_topk_uses_rescue_rate_then_cost(pool):
@@ -179,6 +171,9 @@ def test_llm_vote_router_fuses_votes_and_logs_them(pool, chat_server, tmp_path):
     assert r.rank(task, [traj("x", [(ANSWER, "")])]) == top          # rerun: all from the cache
     assert len(chat_server.requests) == n_req and all(
         v["cached"] for v in r.decisions[-1]["votes"][:3])
+    use = r.usage()
+    assert use["v0"]["voter:v0"]["calls"] == 2 and use["v0"]["voter:v0"]["cache_hits"] == 1
+    assert use["v3"]["voter:v3"]["calls"] == 4                      # 2 ranks x (vote + repair)
     r.record_outcome(d["id"], {n["sB"]: [True, False], n["sW"]: [None, False]})
     assert r.helper_stats[n["sB"]] == {"calls": 1, "attempts": 2, "successes": 1}
     assert r.helper_stats[n["sW"]]["attempts"] == 1
