@@ -153,7 +153,7 @@ def router_config_problems(cfg: Any, *, router_names: Sequence[str],
     def bad(sub, value, problem, fix):
         out.append(Problem(f"{path}.{sub}", value, problem, fix))
 
-    name = _get(cfg, "name")
+    name = _get(cfg, "name", RouterConfig.name)
     if name not in ROUTERS:
         bad("name", name, f"unknown router; registered: {', '.join(sorted(ROUTERS))}",
             f"set --config.{path}.name to one of {', '.join(sorted(ROUTERS))}")
@@ -167,7 +167,7 @@ def router_config_problems(cfg: Any, *, router_names: Sequence[str],
             f"{'no helper besides H0' if pool_size == 1 else 'not even H0'}",
             "evolve a pool first (launch/evolve.py) and point the run at its pool file, or "
             "turn rescue off"))
-    k = _get(cfg, "top_k")
+    k = _get(cfg, "top_k", RouterConfig.top_k)
     if not _is_int(k) or k < 1:
         bad("top_k", k, "must be an integer >= 1", f"set --config.{path}.top_k=4 (or 1 for Rank-1)")
     elif n_cand is not None and n_cand >= 1 and k > n_cand:

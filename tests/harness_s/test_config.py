@@ -25,6 +25,13 @@ def test_defaults_are_valid_and_parse():
     assert rc.name == "validation_topk" and rc.top_k == 2 and rc.voters == ()
 
 
+def test_plain_dicts_take_the_defaults():
+    assert _problems({"name": "features"}, make_pool()) == []
+    rc = harness_s.validate_router_config({"votes": {"aggregation": "rrf"}}, make_pool(),
+                                          environ={})
+    assert rc.name == "validation_topk" and rc.top_k == 4 and rc.aggregation == "rrf"
+
+
 def test_unknown_router():
     (p,) = _problems(_cfg(name="oracle"))
     assert p.path == "harness_s.router.name" and "unknown router" in p.problem

@@ -166,3 +166,36 @@ def test_load_pool_reads_plain_sibling_lists_with_h0_first(tmp_path):
         harness_s.load_pool(str(tmp_path / "bad.json"))
     with pytest.raises(FileNotFoundError):
         harness_s.load_pool(str(tmp_path / "missing.json"))
+
+
+def test_llm_diagnoser_and_auto_editor_open_a_novel_direction(chat_server, tmp_path):
+    """Semantic failures the extractor cannot label: the diagnoser names them, no operator
+    covers that label, so the auto editor asks the LLM (scripted server, a test double)."""
+    from harness_jax.harness_s.llm import make_client
+
+    def handler(body):
+        system = body["messages"][0]["content"]
+        if system.startswith("You diagnose"):
+            return json.dumps({"root_cause": "misread_question", "explanation": "x"})
+        return json.dumps({"rationale": "re-read", "overlay": {
+            "schema_version": "harness-r1-patch-v1", "benchmark": "dbbench",
+            "description": "re-read the question",
+            "actions": [{"type": "add_or_edit_skill", "id": "reread",
+                         "text": "Re-read the question before answering."}]}})
+    chat_server.handler = handler
+    client = make_client(chat_server.url, "m", cache_dir=str(tmp_path / "c"))
+
+    def rollout(sib, tasks):
+        ok = sib.patch is not None and any(a.get("id") == "reread" for a in sib.patch.actions)
+        return [traj(t.task_id, [(SQL, "[(1,)]"), (ANSWER, "")], success=ok or t.category == "D",
+                     category=t.category) for t in tasks]
+
+    res = harness_s.evolve(Sibling(base_harness("dbbench", "text"), name="H0"),
+                           train_tasks=_tasks("train"), val_tasks=_tasks("search"),
+                           rollout=rollout, editor=harness_s.make_editor("auto", client=client),
+                           config=harness_s.EvolutionConfig(env_name="dbbench", max_generations=1,
+                                                            children_per_direction=1),
+                           diagnoser=harness_s.LLMDiagnoser(client))
+    assert res.generations[0]["directions"] == ["misread_question"]
+    assert [e.editor for e in res.entries] == ["base", "llm:m"]
+    assert res.entries[1].direction == "misread_question" and len(res.entries[1].solved()) == 8
