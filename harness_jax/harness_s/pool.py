@@ -20,6 +20,7 @@ sibling lists of ``harness.siblings.save_pool`` (no provenance).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -77,9 +78,9 @@ class PoolEntry:
     cost: float = 0.0
     notes: str = ""
 
-    @property
+    @functools.cached_property
     def sibling_id(self) -> str:
-        return self.sibling.sibling_id
+        return self.sibling.sibling_id      # a content hash: computed once per entry
 
     @property
     def name(self) -> str:
@@ -128,6 +129,7 @@ class SiblingPool(Sequence[Sibling]):
         self.meta = dict(meta or {})
         self.content_hash = content_hash
         self.path = path
+        self._ids = ids
         self._by_id = {e.sibling_id: e for e in self.entries}
 
     # -- sequence ---------------------------------------------------------------------------------
@@ -149,7 +151,7 @@ class SiblingPool(Sequence[Sibling]):
 
     @property
     def ids(self) -> list[str]:
-        return [e.sibling_id for e in self.entries]
+        return list(self._ids)
 
     def entry(self, sibling_id: str) -> PoolEntry:
         try:

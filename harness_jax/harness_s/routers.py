@@ -95,6 +95,7 @@ class Router:
         self.config = config
         self.pool = pool
         self.base_id = pool.ids[0]
+        self._candidates = [i for i in pool.ids if config.include_base or i != self.base_id]
         self.policy_version = str(pool.entries[0].policy_version)
         self.results: dict[str, dict] = {e.sibling_id: {k: list(v) for k, v in
                                                        e.validation.items()}
@@ -114,7 +115,7 @@ class Router:
     # -- statistics --------------------------------------------------------------------------------
     @property
     def candidates(self) -> list[str]:
-        return [i for i in self.pool.ids if self.config.include_base or i != self.base_id]
+        return list(self._candidates)
 
     def h0_failed_tasks(self) -> list[str]:
         v = self.results.get(self.base_id, {})
