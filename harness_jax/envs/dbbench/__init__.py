@@ -10,12 +10,12 @@ from typing import Optional, Sequence
 
 from harness_jax.envs import registry, splits
 from harness_jax.envs.dbbench.data import (CATEGORIES, ENV_NAME, MUTATION_CATEGORIES,
-                                           SELECT_CATEGORIES, item_category, load_tasks,
-                                           make_task, read_items, tasks_from_items,
-                                           validate_item)
+                                           SELECT_CATEGORIES, ItemProblem, item_category,
+                                           item_problems, load_tasks, make_task, read_items,
+                                           tasks_from_items, validate_item)
 from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, MariaDBEngine,
                                               SQLiteEngine, TableSpec, mariadb_available,
-                                              make_engine)
+                                              make_engine, setup_problems)
 from harness_jax.envs.dbbench.env import DBBenchEnv, gold_hash, oracle_reply
 from harness_jax.envs.dbbench.generator import generate_item, generate_items
 from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, lenient_match, parse_text_action,
@@ -46,7 +46,7 @@ registry.register(registry.EnvSpec(
 
 __all__ = [
     "CATEGORIES", "ENV_NAME", "MUTATION_CATEGORIES", "SELECT_CATEGORIES", "DBBenchEnv",
-    "load_split",
+    "ItemProblem", "item_problems", "load_split", "setup_problems",
     "Engine", "EngineUnavailable", "MariaDBEngine", "SQLiteEngine", "TableSpec", "TOOL_SPECS",
     "generate_item", "generate_items", "generate_tasks", "gold_hash", "item_category",
     "lenient_match", "load_tasks", "make_engine", "make_task", "mariadb_available",
