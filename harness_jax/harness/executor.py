@@ -32,7 +32,7 @@ import zlib
 from typing import Any, Callable, Optional, Sequence, Union
 
 from harness_jax.envs.base import Env, Task, ToolCall
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.overlay import Overlay
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
@@ -143,7 +143,7 @@ class Executor:
         if not isinstance(harness, HarnessSpec):
             raise TypeError(f"harness must be a HarnessSpec, got {type(harness).__name__}")
         if tokenizer is None:
-            from harness_jax.harness.tokenizer import load_tokenizer
+            from harness_jax.sampling.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer()
         self.engine = engine

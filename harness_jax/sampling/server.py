@@ -385,7 +385,7 @@ class EngineServer:
 
     # ------------------------------------------------------------------ chat completions
     def chat_completions(self, body: dict) -> dict:
-        from harness_jax.harness.chat import parse_tool_calls, render_messages
+        from harness_jax.sampling.chat import parse_tool_calls, render_messages
         _req(isinstance(body, dict), "body", "must be a JSON object")
         _req(self.tokenizer is not None, "messages", "this server has no tokenizer")
         _req(not body.get("stream"), "stream", "streaming is not supported; set stream=false")
@@ -435,7 +435,7 @@ class EngineServer:
             text = text[:text.rfind(res.stop_reason)]
         content, calls, _errors = parse_tool_calls(text, tools=tool_specs) if tools else (text, [], [])
         if not tools:
-            from harness_jax.harness.chat import split_thinking
+            from harness_jax.sampling.chat import split_thinking
             reasoning, content = split_thinking(text)
         message: dict = {"role": "assistant", "content": content or (None if calls else "")}
         finish = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort"}[res.finish_reason]
@@ -611,7 +611,7 @@ def build_server(model_path: str, *, tokenizer_path: Optional[str] = None, max_s
         raise ValueError(f"dtype {dtype!r}: use 'float32' or 'bfloat16'")
     tokenizer = None
     try:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
         tokenizer = load_tokenizer(tokenizer_path or model_path)
     except Exception as e:   # token-in/token-out serving still works without one
         log.warning("no tokenizer (%s); text inputs, stop strings and chat are disabled", e)

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from harness_jax.envs.base import Task
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig, run_episode, run_episodes
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.sandbox import HookSandbox

@@ -4,7 +4,7 @@ import asyncio
 import pytest
 
 from harness_jax.envs.base import Task
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig, run_episodes
 from harness_jax.harness.packets import baseline_rewards, build_failure_packet, sanitize
 from harness_jax.harness.siblings import Sibling, load_pool, save_pool

@@ -374,7 +374,7 @@ def chat_server(tiny_hf_dense_dir, tokenizer):
 
 
 def test_chat_completions_over_http_with_openai_client(chat_server, tokenizer, tmp_path):
-    from harness_jax.harness.chat import render_messages
+    from harness_jax.sampling.chat import render_messages
     from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
     url = chat_server[1]
     c = OpenAIChatClient(ChatClientConfig(base_url=url + "/v1", model="tiny-chat",

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, Iterable, Optional, Sequence
 
-from harness_jax.envs.base import ToolCall
+from harness_jax.types import ToolCall
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
