@@ -4,6 +4,8 @@ An action is either text (text protocol: the policy's raw reply, parsed by the e
 text-action parser) or a ``ToolCall`` (function-calling protocol). ``StepResult.info`` may carry
 ``"infra_error": True`` when the environment itself failed (engine down, timeout of the
 environment's own machinery): executors retry those and never count them as task failures.
+``info["error"]`` (a string) says that the action itself failed (a SQL error, an invalid or
+no-op command); the executor hands it to lifecycle hooks as ``ctx.last_error``.
 """
 from __future__ import annotations
 

@@ -35,9 +35,11 @@ class HookEffect:
 
 
 def condition_view(ctx: dict) -> dict:
-    """The namespace conditions read: action.*, state.*, task.*, obs.*."""
+    """The namespace conditions read: action.*, state.*, task.*, obs.* (``obs.text``: the latest
+    feedback; ``obs.error``: the error it reports, "" when none)."""
     return {"action": ctx.get("action") or {}, "state": ctx.get("state") or {},
-            "task": ctx.get("task") or {}, "obs": {"text": ctx.get("observation") or ""}}
+            "task": ctx.get("task") or {}, "obs": {"text": ctx.get("observation") or "",
+                                                   "error": ctx.get("last_error") or ""}}
 
 
 class Overlay:

@@ -212,6 +212,8 @@ class DBBenchEnv(BlockingEnv):
         r = self.session.execute(sql)
         info.update(sql=sql, sql_error=r.error is not None, truncated=r.truncated,
                     timed_out=r.timed_out)
+        if r.error is not None:
+            info["error"] = r.error
         if r.infra_error:
             info["infra_error"] = True
             self.done = True
@@ -222,7 +224,7 @@ class DBBenchEnv(BlockingEnv):
         return StepResult(observation=r.text, reward=0.0, done=False, info=info)
 
     def _invalid(self, message: str, info: dict) -> StepResult:
-        info["invalid_action"] = message
+        info["invalid_action"] = info["error"] = message
         if self.strict_format:
             return self._terminal(message, "invalid_format", info)
         if self.rounds >= self.max_rounds:
