@@ -15,7 +15,7 @@ from harness_jax.harness.executor import Executor, ExecutorConfig, run_episode, 
 from harness_jax.harness.hooks import normalise_hook_result, run_hook
 from harness_jax.harness.lint import lint_hook_source
 from harness_jax.harness.overlay import Overlay
-from harness_jax.harness.packets import baseline_rewards, build_failure_packet
+from harness_jax.harness.packets import Baseline, baseline_rewards, build_failure_packet
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.presets import base_harness
 from harness_jax.harness.reward import RewardCache, evaluate_patch
@@ -26,7 +26,7 @@ from harness_jax.harness.store import TrajectoryStore
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness.validation import ValidationResult, validate_patch
 
-__all__ = ["Executor", "ExecutorConfig", "HarnessSpec", "HookSandbox", "Overlay",
+__all__ = ["Baseline", "Executor", "ExecutorConfig", "HarnessSpec", "HookSandbox", "Overlay",
            "Patch", "RewardCache", "SandboxConfig", "Sibling", "Trajectory", "TrajectoryStore",
            "ValidationResult", "base_harness", "baseline_rewards", "build_failure_packet",
            "diff_specs", "evaluate_patch", "lint_hook_source", "load_pool",
