@@ -1,7 +1,6 @@
 """``/v1/chat/completions`` over real HTTP with the official ``openai`` package as the client:
 streamed (SSE ``chat.completion.chunk``s) and not, with and without tools, and the
 deltas adding up to the non-streamed reply."""
-import concurrent.futures
 import json
 
 import openai
@@ -10,7 +9,8 @@ import pytest
 from harness_jax.sampling.chat import render_messages, reply_view
 from harness_jax.sampling.http_util import http_json
 from harness_jax.sampling.server import EngineServer
-from harness_jax.sampling.types import FINISH_STOP, GenerateResult, StreamChunk
+
+from .doubles import ScriptedEngine
 
 TOOLS = [{"type": "function", "function": {"name": "search", "description": "web search",
                                            "parameters": {"type": "object", "properties": {
@@ -34,42 +34,6 @@ def chat_server(tiny_hf_dense_dir, tokenizer):
     yield srv, url
     srv.shutdown()
     eng.close()
-
-
-class ScriptedEngine:
-    """Test double for the engine behind ``EngineServer``: a random tiny model cannot be made to
-    emit a tool call, so this one replies with a scripted token sequence (streamed ``step``
-    tokens per chunk). Rendering, parsing, the HTTP/SSE layer and the client are the real code."""
-
-    weight_version = 0
-
-    def __init__(self, token_ids, step=3):
-        self.token_ids, self.step = list(token_ids), step
-
-    def _result(self, rid):
-        return GenerateResult(request_id=rid, token_ids=self.token_ids,
-                              logprobs=[-0.5] * len(self.token_ids), finish_reason=FINISH_STOP,
-                              weight_version=0, stop_reason=self.token_ids[-1])
-
-    def submit_many(self, requests):
-        futs = []
-        for r in requests:
-            f = concurrent.futures.Future()
-            f.set_result(self._result(r.request_id))
-            futs.append(f)
-        return futs
-
-    def stream(self, request):
-        ids, n = self.token_ids, self.step
-        chunks = [StreamChunk(request.request_id, ids[i:i + n], [-0.5] * len(ids[i:i + n]),
-                              [0] * len(ids[i:i + n])) for i in range(0, len(ids), n)]
-        chunks.append(StreamChunk(request.request_id, [], [], [], self._result(request.request_id)))
-
-        class _Chunks(list):
-            def close(self):
-                pass
-
-        return _Chunks(chunks)
 
 
 def _client(url):

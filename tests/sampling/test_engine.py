@@ -209,7 +209,7 @@ def test_weight_layouts_agree(dense_engine, dense_model):
             for x, y in zip(a, b):
                 assert x.token_ids == y.token_ids
                 np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
-        leaf = jax.tree_util.tree_leaves(eng._state)[0]
+        leaf = jax.tree_util.tree_leaves(eng.served_state)[0]
         assert any(leaf is w for w in jax.tree_util.tree_leaves(nnx.state(dense_model)))   # no copy
     finally:
         eng.close()
@@ -268,7 +268,7 @@ def test_sharded_engine_matches_single_device(dense_engine, tiny_hf_dense_dir):
     model = qwen3_5.load_hf(tiny_hf_dense_dir, dtype="float32", mesh=mesh, rules=shd.SAMPLE_RULES)
     eng = JaxEngine(model, max_slots=4, max_len=64, prefill_buckets=(16,), decode_steps=4)
     try:
-        assert eng.mesh is not None and eng._cache.k_LBSKH.sharding.spec[1] == "data"
+        assert eng.mesh is not None and eng.cache_shardings.k_LBSKH.spec[1] == "data"
         g = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
         prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
         got = [o.token_ids for o in eng.generate_batch(prompts, g)]
