@@ -35,6 +35,7 @@ def moe_setup(tiny_hf_moe_dir):
     eng.close()
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_dense(dense_engine, hf_dense):
     outs = dense_engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))
     for p, o in zip(PROMPTS, outs):
@@ -42,6 +43,7 @@ def test_greedy_matches_transformers_dense(dense_engine, hf_dense):
         assert o.finish_reason in ("stop", "length") and len(o.logprobs) == len(o.token_ids)
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_moe(moe_setup):
     eng, hf = moe_setup
     outs = eng.generate_batch(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))
@@ -195,6 +197,7 @@ def test_weight_update_in_place_switches_outputs(dense_engine, dense_model):
         dense_engine.update_weights({"x": jnp.zeros(2)})
 
 
+@pytest.mark.slow
 def test_weight_layouts_agree(dense_engine, dense_model):
     """The CPU default serves the ``[in, out]`` decode copy; the HF layout (the model's own
     arrays, the accelerator default) samples the same tokens with the same log-probs."""
@@ -259,6 +262,7 @@ def test_update_policies_for_in_flight_requests(dense_engine, dense_model):
     dense_engine.update_weights(state, version=v0)
 
 
+@pytest.mark.slow
 def test_sharded_engine_matches_single_device(dense_engine, tiny_hf_dense_dir):
     """Parameters on a data=2 x tensor=2 mesh (4 of the 8 fake CPU devices): the engine picks
     the mesh up from the parameters, shards its cache by logical axes, and decodes the same."""

@@ -257,6 +257,7 @@ def _free_port():
     return port
 
 
+@pytest.mark.slow
 def test_server_killed_mid_request_gives_clear_error(tiny_hf_dense_dir):
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
