@@ -1,8 +1,18 @@
-"""Records that cross package boundaries (harness executor -> RL batches)."""
+"""Records that cross package boundaries: tool calls (environments, chat format, executor,
+server) and token segments (harness executor -> RL batches)."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+    """A function call: what a policy's parsed reply asks for and what a function-protocol
+    environment receives."""
+
+    name: str
+    arguments: dict
 
 
 @dataclasses.dataclass

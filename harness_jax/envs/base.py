@@ -4,6 +4,8 @@ An action is either text (text protocol: the policy's raw reply, parsed by the e
 text-action parser) or a ``ToolCall`` (function-calling protocol). ``StepResult.info`` may carry
 ``"infra_error": True`` when the environment itself failed (engine down, timeout of the
 environment's own machinery): executors retry those and never count them as task failures.
+``info["error"]`` (a string) says that the action itself failed (a SQL error, an invalid or
+no-op command); the executor hands it to lifecycle hooks as ``ctx.last_error``.
 """
 from __future__ import annotations
 
@@ -14,18 +16,16 @@ import hashlib
 import json
 from typing import Any, Optional, Union
 
-SPLITS = ("train", "search", "selection", "test")
+from harness_jax.envs.splits import SPLITS, check_split, check_test_access
+from harness_jax.types import ToolCall
+
+__all__ = ["SPLITS", "Action", "BlockingEnv", "Env", "InfraError", "StepResult", "Task",
+           "ToolCall", "content_hash"]
 
 
 class InfraError(RuntimeError):
     """The environment's own machinery failed (engine unreachable, game server crashed): raised
     by ``reset``; executors retry it and never count it as a task failure."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict
 
 
 Action = Union[str, ToolCall]
@@ -51,6 +51,12 @@ class Task:
     data: dict                      # the benchmark's own record (e.g. one AgentBench DB item)
     split: str = "train"
     category: Optional[str] = None  # per-category metrics (e.g. DBBench "counting", ALFWorld task type)
+
+    def __post_init__(self):
+        # the one place the sealed test split is enforced (see harness_jax.envs.splits)
+        check_split(self.split)
+        if self.split == "test":
+            check_test_access(f"making a {self.env_name!r} task with split='test'")
 
     @property
     def task_id(self) -> str:

@@ -210,6 +210,7 @@ class TextGameEnv(BlockingEnv):
         info: dict = {"step": self.steps}
         cmd = self._command_from(action, info)
         if cmd is None:
+            info["error"] = info["invalid_action"]
             text = info["invalid_action"] + "\n" + self.render(self._state)
             if self.steps >= self.max_steps:
                 return self._finish(text, "limit_reached", info)
@@ -226,6 +227,8 @@ class TextGameEnv(BlockingEnv):
             return self._finish(f"The same action was repeated {self.repeat_limit} times: the "
                                 "episode ends as a failure.", "repeated_action", info)
         obs = self._play(command)
+        if obs.text.strip().lower().startswith("nothing happens"):
+            info["error"] = "Nothing happens."   # the engine's word for an action with no effect
         self._state = obs
         self.won = bool(obs.won)
         self.score = obs.score

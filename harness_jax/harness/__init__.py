@@ -1,5 +1,5 @@
-"""Harness runtime: harness specs, the Qwen3.5 chat/tool format, overlay patches with sandboxed
-lifecycle hooks, the token-exact executor and the trajectory store.
+"""Harness runtime: harness specs, overlay patches with sandboxed lifecycle hooks, the
+token-exact executor, the trajectory store, failure packets and the Harness-R1 patch reward.
 
 Public API::
 
@@ -7,43 +7,27 @@ Public API::
     res = validate_patch(patch_json_or_model_text, env_name="dbbench")   # res.ok, res.errors, res.patch
     out = run_hook(source, ctx, nb, timeout_s=1.0)   # dict, or None if rejected / failed
 
-Heavier pieces load lazily (``load_tokenizer`` imports transformers; ``Executor`` imports the
-sampling types).
+The chat format and the tokenizer the executor uses live one layer down, in
+``harness_jax.sampling`` (``chat``, ``tokenizer``): the server needs them too, and sampling
+never imports the harness.
 """
+from harness_jax.harness.executor import Executor, ExecutorConfig, run_episode, run_episodes
 from harness_jax.harness.hooks import normalise_hook_result, run_hook
+from harness_jax.harness.lint import lint_hook_source
+from harness_jax.harness.overlay import Overlay
+from harness_jax.harness.packets import Baseline, baseline_rewards, build_failure_packet
+from harness_jax.harness.patches import Patch
+from harness_jax.harness.presets import base_harness
+from harness_jax.harness.reward import RewardCache, evaluate_patch
+from harness_jax.harness.sandbox import HookSandbox, SandboxConfig
+from harness_jax.harness.siblings import Sibling, load_pool
+from harness_jax.harness.specs import HarnessSpec, diff_specs
+from harness_jax.harness.store import TrajectoryStore
+from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness.validation import ValidationResult, validate_patch
 
-_LAZY = {
-    "HarnessSpec": "harness_jax.harness.specs",
-    "diff_specs": "harness_jax.harness.specs",
-    "Patch": "harness_jax.harness.patches",
-    "Overlay": "harness_jax.harness.overlay",
-    "HookSandbox": "harness_jax.harness.sandbox",
-    "SandboxConfig": "harness_jax.harness.sandbox",
-    "lint_hook_source": "harness_jax.harness.lint",
-    "load_tokenizer": "harness_jax.harness.tokenizer",
-    "render_messages": "harness_jax.harness.chat",
-    "parse_tool_calls": "harness_jax.harness.chat",
-    "Executor": "harness_jax.harness.executor",
-    "ExecutorConfig": "harness_jax.harness.executor",
-    "run_episode": "harness_jax.harness.executor",
-    "run_episodes": "harness_jax.harness.executor",
-    "Trajectory": "harness_jax.harness.trajectory",
-    "TrajectoryStore": "harness_jax.harness.store",
-    "build_failure_packet": "harness_jax.harness.packets",
-    "Sibling": "harness_jax.harness.siblings",
-    "load_pool": "harness_jax.harness.siblings",
-    "base_harness": "harness_jax.harness.presets",
-    "evaluate_patch": "harness_jax.harness.reward",
-    "RewardCache": "harness_jax.harness.reward",
-}
-
-__all__ = ["validate_patch", "run_hook", "ValidationResult", "normalise_hook_result", *_LAZY]
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'harness_jax.harness' has no attribute {name!r}")
+__all__ = ["Baseline", "Executor", "ExecutorConfig", "HarnessSpec", "HookSandbox", "Overlay",
+           "Patch", "RewardCache", "SandboxConfig", "Sibling", "Trajectory", "TrajectoryStore",
+           "ValidationResult", "base_harness", "baseline_rewards", "build_failure_packet",
+           "diff_specs", "evaluate_patch", "lint_hook_source", "load_pool",
+           "normalise_hook_result", "run_episode", "run_episodes", "run_hook", "validate_patch"]

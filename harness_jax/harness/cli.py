@@ -104,7 +104,7 @@ def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
                       f"{json.dumps(iv['result'], ensure_ascii=False)}", file=out)
             print(f"observation: {ev.observation}", file=out)
         if a.tokens:
-            from harness_jax.harness.tokenizer import load_tokenizer
+            from harness_jax.sampling.tokenizer import load_tokenizer
 
             tok = load_tokenizer()
             for i, s in enumerate(t.segments):

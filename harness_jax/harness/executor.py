@@ -1,17 +1,30 @@
 """The token-exact multi-turn executor: a policy inside a harness (+ overlay) on an environment.
 
 Per episode: reset the environment, ``on_init`` (skills and tool hints go into the system prompt),
-render the opening prompt once and tokenise it. Per turn: ``make_pre_hint`` (its message joins the
-pending user/tool turn) -> append the pending turn as a *token delta* after the assistant's end
-token -> ``engine.generate`` (token ids in, token ids + log-probs out) -> parse the action ->
-``on_before_action`` (block / rewrite / force) -> environment step(s) -> ``on_post_step``
-(inject a hint / force an extra action) -> the observation becomes the next pending turn.
+render the opening prompt once and tokenise it. Per turn (``Executor._turn``, one method per
+phase): ``make_pre_hint`` (its message joins the pending user/tool turn) -> append the pending
+turn as a *token delta* after the assistant's end token, within the context budget ->
+``engine.generate`` (token ids in, token ids + log-probs out) -> parse the action ->
+``on_before_action`` (block / rewrite / force) and repeated-action accounting -> environment
+step(s) -> ``on_post_step`` (inject a hint / force an extra action) -> the observation becomes
+the next pending turn. An episode's status is set once, by the phase that ends it.
+
+Hook contexts (``hooks`` documents each field): every hook sees the task, the turn budget, the
+recent history, the runtime state and the latest feedback (``observation``, ``last_action``,
+``last_error``); ``on_before_action`` adds the proposed ``action``; ``on_post_step`` the actions
+sent this turn, their reward and ``done``.
 
 Token exactness: the running conversation is never re-tokenised. Sampled tokens enter the
 segment exactly as the engine returned them with loss mask 1 and their log-probs; everything the
 harness writes (prompt, observations, hints, a closing ``<|im_end|>`` after a length cut) has mask
 0. When the memory policy rewrites earlier context (``sliding_window``), the new context starts a
 new segment, so each segment is a prefix-consistent training sequence.
+
+Sampling seeds: with ``ExecutorConfig.seed`` set, turn ``t`` of an episode samples with a seed
+derived from ``(seed, sampling_key, t)``. The sampling key defaults to the episode id;
+``run_episodes`` uses ``"<task_id>#<j>"`` for the j-th episode of a task, so two runs of the same
+tasks (a Harness-R1 baseline and a patched rerun) sample each episode with the same seeds, and an
+infrastructure retry replays the same seeds on a fresh environment.
 
 Failures: an environment exception, ``info["infra_error"]``, an engine exception or an aborted
 generation is an *infrastructure* error: the whole episode is retried with a fresh environment up
@@ -32,13 +45,13 @@ import zlib
 from typing import Any, Callable, Optional, Sequence, Union
 
 from harness_jax.envs.base import Env, Task, ToolCall
-from harness_jax.harness import chat
-from harness_jax.harness.overlay import Overlay
+from harness_jax.harness.overlay import HookEffect, Overlay
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.trajectory import Segment, Trajectory, TurnEvent
-from harness_jax.sampling.types import (FINISH_ABORT, GenerateRequest, RolloutEngine,
-                                        SamplingParams)
+from harness_jax.sampling import chat
+from harness_jax.sampling.types import (FINISH_ABORT, GenerateRequest, GenerateResult,
+                                        RolloutEngine, SamplingParams)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +73,7 @@ class ExecutorConfig:
     record_hook_contexts: bool = False
     ctx_history_turns: int = 8      # turns of history given to hooks
     ctx_text_chars: int = 1200      # observation/action text cap inside hook contexts
-    seed: Optional[int] = None      # base sampling seed (per request: seed + hash)
+    seed: Optional[int] = None      # base sampling seed (per turn: hash of seed, key, turn)
 
     def __post_init__(self):
         if self.infra_retries < 0:
@@ -73,6 +86,10 @@ def _action_json(action: Any) -> Any:
     if isinstance(action, ToolCall):
         return {"name": action.name, "arguments": action.arguments}
     return action
+
+
+def _action_key(action: Any) -> str:
+    return json.dumps(_action_json(action), sort_keys=True, default=str)
 
 
 def _to_action(action: Any) -> Any:
@@ -107,22 +124,50 @@ def parse_react(text: str, function_protocol: bool) -> tuple[Any, list[str]]:
     return ToolCall(act.strip(), args), []
 
 
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """Per-episode knobs a patch's ``set_config`` may override."""
+
+    max_obs: int
+    hint_cap: int
+    repeat_limit: int
+    stall_turns: int
+
+
 class _Episode:
     """Mutable state of one attempt."""
 
-    def __init__(self, episode_id: str):
+    def __init__(self, episode_id: str, sampling_key: str, task: Task, env: Env,
+                 traj: Trajectory, limits: _Limits):
         self.episode_id = episode_id
+        self.sampling_key = sampling_key
+        self.task, self.env, self.traj, self.limits = task, env, traj, limits
         self.segments: list[Segment] = [Segment()]
         self.head_msgs: list[dict] = []      # system + first user (for re-rendering)
         self.turn_msgs: list[list[dict]] = []  # messages of each completed turn
+        self.engine_keys: list[str] = []     # engine caches of finished segments
         self.nb: dict = {}
         self.history: list[dict] = []
+        self.hook_contexts: list[dict] = []
+        self.admissible: Optional[list[str]] = None  # from step info, when the env lists them
+        self.task_info: dict = {}
+        self.function_protocol = False
+        self.tools: list = []
+        self.render_tools: Optional[list] = None
+        self.pending: list[str] = []         # feedback for the next turn (user or tool turns)
+        self.pending_kind = "first"          # first | user | tool
+        self.turn = 0
+        self.status: Optional[str] = None    # set once, by the phase that ends the episode
+        # runtime state shown to hooks
         self.last_action_key: Optional[str] = None
         self.repeat_count = 0
         self.no_progress = 0
         self.n_errors = 0
-        self.hook_contexts: list[dict] = []
-        self.admissible: Optional[list[str]] = None  # from step info, when the env lists them
+        self.last_action: Optional[list] = None
+        self.last_error: Optional[str] = None
+        self.observation = ""                # the latest feedback, as relayed to the policy
+        traj.segments = self.segments         # shared: partial episodes (time limit) keep tokens
+        traj.hook_contexts = self.hook_contexts
 
     @property
     def seg(self) -> Segment:
@@ -130,6 +175,24 @@ class _Episode:
 
     def engine_key(self) -> str:
         return f"{self.episode_id}/s{len(self.segments) - 1}"
+
+    def end(self, status: str) -> None:
+        if self.status is None:
+            self.status = status
+
+
+@dataclasses.dataclass
+class _Turn:
+    """One turn in progress."""
+
+    event: TurnEvent
+    text: str = ""
+    actions: list = dataclasses.field(default_factory=list)
+    parse_errors: list = dataclasses.field(default_factory=list)
+    observations: list = dataclasses.field(default_factory=list)
+    sent: list = dataclasses.field(default_factory=list)
+    errors: list = dataclasses.field(default_factory=list)   # feedback that reports an error
+    done: bool = False
 
 
 class Executor:
@@ -143,7 +206,7 @@ class Executor:
         if not isinstance(harness, HarnessSpec):
             raise TypeError(f"harness must be a HarnessSpec, got {type(harness).__name__}")
         if tokenizer is None:
-            from harness_jax.harness.tokenizer import load_tokenizer
+            from harness_jax.sampling.tokenizer import load_tokenizer
 
             tokenizer = load_tokenizer()
         self.engine = engine
@@ -168,6 +231,328 @@ class Executor:
         self.im_end = ids["<|im_end|>"]
         self.stop_ids = (ids["<|im_end|>"], ids["<|endoftext|>"])
 
+    # -- one attempt --------------------------------------------------------------------------------
+    async def _attempt(self, task: Task, traj: Trajectory, episode_id: str,
+                       sampling_key: str) -> None:
+        env = self.env_factory()
+        if inspect.isawaitable(env):
+            env = await env
+        ep = _Episode(episode_id, sampling_key, task, env, traj, self._limits())
+        try:
+            await self._start(ep)
+            while ep.status is None:
+                await self._turn(ep)
+            await self._score(ep)
+        finally:
+            await self._release(ep)
+
+    async def _turn(self, ep: _Episode) -> None:
+        """One turn; ends the episode (``ep.status``) when a phase says so."""
+        if ep.turn >= self.harness.rules.max_turns:
+            return ep.end("max_turns")
+        turn = _Turn(TurnEvent(index=ep.turn, segment=len(ep.segments) - 1))
+        await self._pre_hint(ep, turn)
+        if not self._extend_context(ep, turn):
+            return ep.end("context_full")
+        await self._sample(ep, turn)
+        if self._parse_reply(ep, turn):
+            await self._act(ep, turn)
+            await self._post_step(ep, turn)
+        self._close_turn(ep, turn)
+
+    # -- phases -------------------------------------------------------------------------------------
+    async def _start(self, ep: _Episode) -> None:
+        """Reset, ``on_init``, the opening prompt (rendered once, as the first pending turn)."""
+        h, task = self.harness, ep.task
+        try:
+            first_obs = await ep.env.areset(task)
+        except Exception as e:  # noqa: BLE001 - any reset failure is infrastructure
+            raise InfraFailure(f"env reset failed: {type(e).__name__}: {e}") from e
+        ep.function_protocol = getattr(ep.env, "protocol", "text") == "function"
+        ep.task_info = {"id": task.task_id, "env": task.env_name, "category": task.category,
+                        "instruction": self._cap(first_obs)}
+        ep.observation = str(first_obs)
+        init = await self._hook(ep, "on_init", self._ctx(ep, "on_init"), None)
+        if init is not None:
+            ep.traj.meta["on_init"] = init.result
+        ep.tools = self._tools(ep.env, init) if ep.function_protocol else []
+        json_block = ""
+        if ep.tools and h.calling_convention == "json":
+            json_block = (
+                "# Tools\n\nCall a tool by replying with <tool_call>{\"name\": <function-name>,"
+                " \"arguments\": <args-json-object>}</tool_call>. Available functions:\n"
+                + "\n".join(chat.tool_json(t) for t in ep.tools))
+        ep.render_tools = ep.tools if (ep.tools and h.calling_convention == "qwen_xml") else None
+        system = self._system_prompt(init, json_block)
+        if system:
+            ep.head_msgs.append({"role": "system", "content": system})
+        ep.head_msgs.extend(dict(m) for m in h.preamble)
+        ep.pending = [h.task_template.format(observation=self._inserted(first_obs),
+                                             env=task.env_name)]
+        ep.pending_kind = "first"
+
+    async def _pre_hint(self, ep: _Episode, turn: _Turn) -> None:
+        """``make_pre_hint``: its message joins the pending turn."""
+        hint = await self._hook(ep, "make_pre_hint", self._ctx(ep, "make_pre_hint"), turn.event)
+        if hint is not None:
+            ep.pending[-1] = (ep.pending[-1].rstrip() + "\n\n" + HINT_PREFIX
+                              + self._inserted(hint.result["message"], ep.limits.hint_cap))
+
+    def _pending_messages(self, ep: _Episode) -> list[dict]:
+        if ep.pending_kind == "tool":
+            return [{"role": "tool", "content": p} for p in ep.pending]
+        if ep.pending_kind == "user":
+            return [{"role": "user", "content": "\n\n".join(ep.pending)}]
+        return []
+
+    def _extend_context(self, ep: _Episode, turn: _Turn) -> bool:
+        """Appends the pending turn as a token delta; past the context budget the memory policy
+        re-renders head + recent turns into a new segment. False: it does not fit."""
+        h = self.harness
+        think = h.enable_thinking
+        if ep.pending_kind == "first":
+            ep.head_msgs = ep.head_msgs + [{"role": "user", "content": ep.pending[0]}]
+            delta_text = chat.render_messages(ep.head_msgs, tools=ep.render_tools,
+                                              enable_thinking=think)
+        elif ep.pending_kind == "tool":
+            delta_text = chat.tool_turn_delta(ep.pending, enable_thinking=think)
+        else:
+            delta_text = chat.user_turn_delta("\n\n".join(ep.pending), enable_thinking=think)
+        pend_msgs = self._pending_messages(ep)
+        delta = self._encode(delta_text)
+        budget = h.memory.max_context_tokens
+        if len(ep.seg) + len(delta) + 1 > budget:
+            if h.memory.kind != "sliding_window" or ep.pending_kind == "first":
+                return False
+            delta = self._rewritten_context(ep, pend_msgs, budget)
+            if delta is None:
+                return False
+            ep.engine_keys.append(ep.engine_key())
+            ep.segments.append(Segment())
+            turn.event.segment = len(ep.segments) - 1
+        ep.seg.append_context(delta)
+        if pend_msgs and ep.turn_msgs:
+            ep.turn_msgs[-1].extend(pend_msgs)
+        return True
+
+    def _rewritten_context(self, ep: _Episode, pend_msgs: list[dict], budget: int
+                           ) -> Optional[list[int]]:
+        """Head + as many recent turns as fit + the pending turn, tokenised (None: not even the
+        head and the pending turn fit)."""
+        keep = [m for t in ep.turn_msgs[-self.harness.memory.window_turns:] for m in t]
+        while True:
+            text = chat.render_messages(ep.head_msgs + keep + pend_msgs, tools=ep.render_tools,
+                                        enable_thinking=self.harness.enable_thinking)
+            delta = self._encode(text)
+            if len(delta) + 1 <= budget:
+                return delta
+            if not keep:
+                return None
+            keep = keep[1:]
+
+    def _turn_seed(self, ep: _Episode) -> Optional[int]:
+        if self.config.seed is None:
+            return None
+        key = f"{ep.sampling_key}/{ep.turn}".encode()
+        return (self.config.seed * 1000003 + zlib.crc32(key)) % (2 ** 31)
+
+    async def _sample(self, ep: _Episode, turn: _Turn) -> None:
+        """One generation; the sampled tokens enter the segment as they are (loss mask 1)."""
+        h, ev = self.harness, turn.event
+        budget = h.memory.max_context_tokens
+        params = SamplingParams(
+            temperature=h.temperature, top_p=h.top_p, top_k=h.top_k,
+            max_new_tokens=max(1, min(h.rules.max_tokens_per_turn, budget - len(ep.seg))),
+            stop_token_ids=self.stop_ids, seed=self._turn_seed(ep))
+        req = GenerateRequest(input_ids=list(ep.seg.token_ids), params=params,
+                              request_id=f"{ep.episode_id}-t{ep.turn}-{uuid.uuid4().hex[:6]}",
+                              episode_id=ep.engine_key())
+        t0 = time.perf_counter()
+        try:
+            res: GenerateResult = await self.engine.generate(req)
+        except Exception as e:  # noqa: BLE001
+            raise InfraFailure(f"engine failed: {type(e).__name__}: {e}") from e
+        ev.timings["generate_s"] = time.perf_counter() - t0
+        if res.finish_reason == FINISH_ABORT:
+            raise InfraFailure(f"generation aborted: {getattr(res, 'message', '')}")
+        if not res.token_ids:
+            raise InfraFailure("engine returned no tokens")
+        ev.start = len(ep.seg)
+        ep.seg.append_sampled(res.token_ids, res.logprobs)
+        tv = getattr(res, "token_versions", None)
+        # weights may change mid-request: the oldest version bounds the staleness
+        ep.seg.policy_versions.append(int(min(tv)) if tv else int(res.weight_version))
+        ev.n_sampled = len(res.token_ids)
+        ev.finish_reason = res.finish_reason
+        ev.weight_version = int(res.weight_version)
+        sampled = list(res.token_ids)
+        if sampled[-1] != self.im_end:
+            ep.seg.append_context([self.im_end])  # close the turn (never trained on)
+        body = sampled[:-1] if sampled[-1] in self.stop_ids else sampled
+        turn.text = ev.raw_text = self._decode(body)
+        ep.turn_msgs.append([{"role": "assistant", "content": turn.text}])
+
+    def _parse_reply(self, ep: _Episode, turn: _Turn) -> bool:
+        """The action(s) of the reply. False: the reply ends the episode (a stop string, or an
+        unparsable reply under ``on_unparsable="end"``)."""
+        rules, ev = self.harness.rules, turn.event
+        turn.actions, turn.parse_errors = self._parse(turn.text, ep.function_protocol, ep.tools)
+        ev.parse_errors = turn.parse_errors
+        ev.policy_action = [_action_json(a) for a in turn.actions] if turn.actions else None
+        if any(s in turn.text for s in rules.stop_strings):
+            ep.end("stopped")
+            return False
+        if turn.actions:
+            return True
+        errors = "; ".join(turn.parse_errors) or "no action found"
+        turn.errors.append(errors)
+        if rules.on_unparsable == "end":
+            ev.errors.append("unparsable action: " + "; ".join(turn.parse_errors))
+            ep.end("unparsable")
+            return False
+        if rules.on_unparsable == "pass_raw":
+            turn.actions = [chat.split_thinking(turn.text)[1]]
+        else:
+            turn.observations.append(rules.unparsable_message.format(errors=errors))
+        return True
+
+    async def _act(self, ep: _Episode, turn: _Turn) -> None:
+        """Each action: ``on_before_action``, repeated-action accounting, the environment step."""
+        for act in turn.actions:
+            act = await self._before_action(ep, turn, act)
+            if act is None:
+                continue
+            if self._repeated(ep, turn, act):
+                return ep.end("repeated_action")
+            await self._step(ep, turn, act)
+            if turn.done:
+                return
+
+    async def _before_action(self, ep: _Episode, turn: _Turn, act: Any) -> Any:
+        """``on_before_action``: the action to send (rewritten or forced), or None if blocked."""
+        act_ctx = {"name": act.name if isinstance(act, ToolCall) else None,
+                   "arguments": act.arguments if isinstance(act, ToolCall) else {},
+                   "text": self._cap(act if isinstance(act, str) else
+                                     json.dumps(_action_json(act))),
+                   "parse_errors": turn.parse_errors}
+        state = self._state(ep, repeat_count=self._repeat_count(ep, act))
+        eff = await self._hook(ep, "on_before_action", self._ctx(
+            ep, "on_before_action", action=act_ctx, state=state), turn.event)
+        if eff is None:
+            return act
+        message = eff.result.get("message")
+        if eff.result["kind"] == "block_and_prompt":
+            turn.observations.append(NOTE_PREFIX + self._inserted(message, ep.limits.hint_cap))
+            turn.errors.append(f"blocked: {message}")
+            return None
+        if not self._admissible(ep, eff.result["action"], turn.event):
+            return act
+        if message:
+            turn.observations.append(NOTE_PREFIX + self._inserted(message, ep.limits.hint_cap))
+        return _to_action(eff.result["action"])
+
+    def _repeat_count(self, ep: _Episode, act: Any) -> int:
+        return ep.repeat_count + 1 if _action_key(act) == ep.last_action_key else 0
+
+    def _repeated(self, ep: _Episode, turn: _Turn, act: Any) -> bool:
+        """Counts identical consecutive actions; True when the limit ends the episode."""
+        rules, limit = self.harness.rules, ep.limits.repeat_limit
+        ep.repeat_count = self._repeat_count(ep, act)
+        ep.last_action_key = _action_key(act)
+        if not limit or ep.repeat_count + 1 < limit:
+            return False
+        if rules.on_repeated == "end":
+            turn.done = True
+            return True
+        turn.observations.append(rules.repeated_message.format(count=ep.repeat_count + 1))
+        return False
+
+    async def _step(self, ep: _Episode, turn: _Turn, act: Any, forced: bool = False) -> None:
+        """One environment step; its observation joins the turn's feedback."""
+        h = self.harness
+        step = await self._env_step(ep, act, turn.event)
+        turn.event.reward += float(step.reward)
+        err = (step.info or {}).get("error")
+        if err:
+            turn.errors.append(str(err))
+        if forced:
+            turn.event.action = (turn.event.action or []) + [_action_json(act)]
+            obs = (NOTE_PREFIX + "executed " + json.dumps(_action_json(act)) + "\n"
+                   + h.observation.apply(self._inserted(step.observation),
+                                         max_chars=ep.limits.max_obs))
+        else:
+            turn.sent.append(_action_json(act))
+            obs = h.observation.apply(self._inserted(step.observation), turn=ep.turn,
+                                      turns_left=h.rules.max_turns - ep.turn - 1,
+                                      max_chars=ep.limits.max_obs)
+        turn.observations.append(obs)
+        if step.done and h.rules.stop_on_done:
+            turn.done = True
+
+    async def _post_step(self, ep: _Episode, turn: _Turn) -> None:
+        """``on_post_step`` (not after the episode ended: there is nothing to recover)."""
+        turn.event.action = turn.sent or None
+        if turn.done:
+            return
+        ctx = self._ctx(ep, "on_post_step", action={"sent": turn.sent},
+                        observation=self._cap("\n".join(turn.observations)),
+                        last_action=turn.sent or None,
+                        last_error="; ".join(turn.errors) or None,
+                        reward=turn.event.reward, done=turn.done)
+        post = await self._hook(ep, "on_post_step", ctx, turn.event)
+        if post is None:
+            return
+        if post.result["kind"] == "inject_hint":
+            turn.observations.append(HINT_PREFIX + self._inserted(post.result["message"],
+                                                                  ep.limits.hint_cap))
+        elif self._admissible(ep, post.result["action"], turn.event):
+            await self._step(ep, turn, _to_action(post.result["action"]), forced=True)
+
+    def _close_turn(self, ep: _Episode, turn: _Turn) -> None:
+        """Records the turn and makes its feedback the next pending turn."""
+        ev = turn.event
+        ev.observation = "\n".join(turn.observations)
+        ev.done = turn.done
+        prev_obs = ep.history[-1]["observation"] if ep.history else None
+        stuck = not turn.sent or self._cap(ev.observation) == prev_obs
+        ep.no_progress = ep.no_progress + 1 if stuck else 0
+        ep.n_errors += bool(turn.errors)
+        ep.last_action = turn.sent or None
+        ep.last_error = "; ".join(turn.errors) or None
+        ep.observation = ev.observation
+        ep.history.append({"turn": ep.turn, "action": turn.sent,
+                           "observation": self._cap(ev.observation), "error": ep.last_error})
+        ep.traj.turns.append(ev)
+        ep.turn += 1
+        if turn.done:
+            ep.end("completed")
+        ep.pending = turn.observations or ["(no observation)"]
+        ep.pending_kind = "tool" if ep.function_protocol else "user"
+
+    async def _score(self, ep: _Episode) -> None:
+        traj = ep.traj
+        try:
+            evaluation = await ep.env.aevaluate()
+        except Exception as e:  # noqa: BLE001
+            raise InfraFailure(f"env evaluate failed: {type(e).__name__}: {e}") from e
+        traj.evaluation = dict(evaluation)
+        traj.success = bool(evaluation.get("success", False))
+        traj.reward = float(evaluation.get("score", 1.0 if traj.success else 0.0))
+        traj.status = ep.status
+        versions = [v for s in ep.segments for v in s.policy_versions]
+        traj.policy_version = min(versions) if versions else int(self.engine.weight_version)
+
+    async def _release(self, ep: _Episode) -> None:
+        for k in ep.engine_keys + [ep.engine_key()]:
+            try:
+                await self.engine.end_episode(k)
+            except Exception:  # noqa: BLE001 - releasing cache is best effort
+                log.debug("end_episode(%s) failed", k)
+        try:
+            await ep.env.aclose()
+        except Exception:  # noqa: BLE001
+            log.debug("env close failed", exc_info=True)
+
     # -- helpers -----------------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -180,29 +565,43 @@ class Executor:
         n = self.config.ctx_text_chars
         return s if len(s) <= n else s[:n // 2] + " [...] " + s[-(n // 2):]
 
-    def _ctx(self, ep: _Episode, task_info: dict, turn: int, **extra) -> dict:
+    def _limits(self) -> _Limits:
+        cfg = self.overlay.config if self.overlay else {}
+        h = self.harness
+        return _Limits(max_obs=int(cfg.get("max_observation_chars", h.observation.max_chars)),
+                       hint_cap=int(cfg.get("max_hint_chars", 900)),
+                       repeat_limit=int(cfg.get("repeated_action_limit",
+                                                h.rules.repeated_action_limit)),
+                       stall_turns=int(cfg.get("stall_turns", 3)))
+
+    def _ctx(self, ep: _Episode, hook: str, **extra) -> dict:
+        """What hook ``hook`` reads (documented per hook in ``harness.hooks``)."""
         rules = self.harness.rules
-        ctx = {"env": task_info["env"], "task": task_info, "turn": turn,
-               "max_turns": rules.max_turns, "turns_left": rules.max_turns - turn,
+        ctx = {"hook": hook, "env": ep.task_info["env"], "task": ep.task_info, "turn": ep.turn,
+               "max_turns": rules.max_turns, "turns_left": rules.max_turns - ep.turn,
                "history": ep.history[-self.config.ctx_history_turns:],
-               "state": self._state(ep, turn)}
+               "state": self._state(ep),
+               "observation": self._cap("\n".join(ep.pending) if ep.pending else ep.observation),
+               "last_action": ep.last_action, "last_error": ep.last_error}
         if ep.admissible is not None:
             ctx["admissible_actions"] = ep.admissible[:200]
         ctx.update(extra)
         return ctx
 
-    def _state(self, ep: _Episode, turn: int, repeat_count: Optional[int] = None) -> dict:
-        stall = int((self.overlay.config if self.overlay else {}).get("stall_turns", 3))
-        return {"turn": turn, "repeat_count": ep.repeat_count if repeat_count is None
-                else repeat_count, "no_progress_turns": ep.no_progress,
-                "stalled": ep.no_progress >= stall, "errors": ep.n_errors, "notes": len(ep.nb)}
+    def _state(self, ep: _Episode, repeat_count: Optional[int] = None) -> dict:
+        return {"turn": ep.turn,
+                "repeat_count": ep.repeat_count if repeat_count is None else repeat_count,
+                "no_progress_turns": ep.no_progress,
+                "stalled": ep.no_progress >= ep.limits.stall_turns, "errors": ep.n_errors,
+                "notes": len(ep.nb)}
 
     def _inserted(self, text: str, cap: Optional[int] = None) -> str:
         """Harness-inserted text: control tokens neutralised, optionally capped."""
         text = chat.neutralize_control_tokens(str(text))
         return text[:cap] if cap else text
 
-    async def _hook(self, ep: _Episode, hook: str, ctx: dict, event: Optional[TurnEvent]):
+    async def _hook(self, ep: _Episode, hook: str, ctx: dict, event: Optional[TurnEvent]
+                    ) -> Optional[HookEffect]:
         if self.config.record_hook_contexts:
             ep.hook_contexts.append({"hook": hook, "ctx": ctx, "episode": ep.episode_id})
         ov = self.overlay
@@ -257,269 +656,6 @@ class Executor:
             parts.append(json_tools_block)
         return "\n\n".join(p for p in parts if p)
 
-    # -- one attempt --------------------------------------------------------------------------------
-    async def _attempt(self, task: Task, traj: Trajectory, episode_id: str) -> None:
-        h = self.harness
-        rules = h.rules
-        env = self.env_factory()
-        if inspect.isawaitable(env):
-            env = await env
-        ep = _Episode(episode_id)
-        traj.segments = ep.segments          # shared: partial episodes (time limit) keep tokens
-        traj.hook_contexts = ep.hook_contexts
-        engine_keys: list[str] = []
-        try:
-            try:
-                first_obs = await env.areset(task)
-            except Exception as e:  # noqa: BLE001 - any reset failure is infrastructure
-                raise InfraFailure(f"env reset failed: {type(e).__name__}: {e}") from e
-            function_protocol = getattr(env, "protocol", "text") == "function"
-            task_info = {"id": task.task_id, "env": task.env_name, "category": task.category,
-                         "instruction": self._cap(first_obs)}
-            init_eff = await self._hook(ep, "on_init", self._ctx(ep, task_info, 0), None)
-            if init_eff is not None:
-                traj.meta["on_init"] = init_eff.result
-            tools = self._tools(env, init_eff) if function_protocol else []
-            json_block = ""
-            if tools and h.calling_convention == "json":
-                json_block = (
-                    "# Tools\n\nCall a tool by replying with <tool_call>{\"name\": <function-name>,"
-                    " \"arguments\": <args-json-object>}</tool_call>. Available functions:\n"
-                    + "\n".join(chat.tool_json(t) for t in tools))
-            system = self._system_prompt(init_eff, json_block)
-            render_tools = tools if (tools and h.calling_convention == "qwen_xml") else None
-            if system:
-                ep.head_msgs.append({"role": "system", "content": system})
-            ep.head_msgs.extend(dict(m) for m in h.preamble)
-            user0 = h.task_template.format(observation=self._inserted(first_obs),
-                                           env=task.env_name)
-            pending: list[str] = [user0]
-            pending_kind = "first"
-            turn = 0
-            max_obs = int((self.overlay.config if self.overlay else {}).get(
-                "max_observation_chars", h.observation.max_chars))
-            hint_cap = int((self.overlay.config if self.overlay else {}).get(
-                "max_hint_chars", 900))
-            rep_limit = int((self.overlay.config if self.overlay else {}).get(
-                "repeated_action_limit", rules.repeated_action_limit))
-            status = "max_turns"
-            while turn < rules.max_turns:
-                event = TurnEvent(index=turn, segment=len(ep.segments) - 1)
-                # make_pre_hint: its message joins the pending turn
-                hint = await self._hook(ep, "make_pre_hint", self._ctx(
-                    ep, task_info, turn, observation=self._cap(pending[-1])), event)
-                if hint is not None:
-                    pending[-1] = (pending[-1].rstrip() + "\n\n" + HINT_PREFIX
-                                   + self._inserted(hint.result["message"], hint_cap))
-                # the context delta for this turn
-                if pending_kind == "first":
-                    msgs = ep.head_msgs + [{"role": "user", "content": pending[0]}]
-                    ep.head_msgs = list(msgs)
-                    delta_text = chat.render_messages(msgs, tools=render_tools,
-                                                      enable_thinking=h.enable_thinking)
-                elif pending_kind == "tool":
-                    delta_text = chat.tool_turn_delta(pending, enable_thinking=h.enable_thinking)
-                else:
-                    delta_text = chat.user_turn_delta("\n\n".join(pending),
-                                                      enable_thinking=h.enable_thinking)
-                pend_msgs = ([{"role": "tool", "content": p} for p in pending]
-                             if pending_kind == "tool" else
-                             [{"role": "user", "content": "\n\n".join(pending)}]
-                             if pending_kind == "user" else [])
-                delta = self._encode(delta_text)
-                budget = h.memory.max_context_tokens
-                if len(ep.seg) + len(delta) + 1 > budget:
-                    if h.memory.kind != "sliding_window" or pending_kind == "first":
-                        status = "context_full"
-                        break
-                    # rewrite the context: head + last turns + the pending turn -> a new segment
-                    keep = [m for t in ep.turn_msgs[-h.memory.window_turns:] for m in t]
-                    msgs = ep.head_msgs + keep + pend_msgs
-                    while True:
-                        text = chat.render_messages(msgs, tools=render_tools,
-                                                    enable_thinking=h.enable_thinking)
-                        delta = self._encode(text)
-                        if len(delta) + 1 <= budget or not keep:
-                            break
-                        keep = keep[1:]
-                        msgs = ep.head_msgs + keep + pend_msgs
-                    if len(delta) + 1 > budget:
-                        status = "context_full"
-                        break
-                    engine_keys.append(ep.engine_key())
-                    ep.segments.append(Segment())
-                    event.segment = len(ep.segments) - 1
-                ep.seg.append_context(delta)
-                if pend_msgs:
-                    if ep.turn_msgs:
-                        ep.turn_msgs[-1].extend(pend_msgs)
-                # generate
-                max_new = min(rules.max_tokens_per_turn, budget - len(ep.seg))
-                params = SamplingParams(
-                    temperature=h.temperature, top_p=h.top_p, top_k=h.top_k,
-                    max_new_tokens=max(1, max_new), stop_token_ids=self.stop_ids,
-                    seed=None if self.config.seed is None else
-                    (self.config.seed * 1000003 + zlib.crc32(f"{episode_id}/{turn}".encode()))
-                    % (2 ** 31))
-                req = GenerateRequest(input_ids=list(ep.seg.token_ids), params=params,
-                                      request_id=f"{episode_id}-t{turn}-{uuid.uuid4().hex[:6]}",
-                                      episode_id=ep.engine_key())
-                t0 = time.perf_counter()
-                try:
-                    res = await self.engine.generate(req)
-                except Exception as e:  # noqa: BLE001
-                    raise InfraFailure(f"engine failed: {type(e).__name__}: {e}") from e
-                event.timings["generate_s"] = time.perf_counter() - t0
-                if res.finish_reason == FINISH_ABORT:
-                    raise InfraFailure(f"generation aborted: {getattr(res, 'message', '')}")
-                if not res.token_ids:
-                    raise InfraFailure("engine returned no tokens")
-                event.start = len(ep.seg)
-                ep.seg.append_sampled(res.token_ids, res.logprobs)
-                tv = getattr(res, "token_versions", None)
-                # weights may change mid-request: the oldest version bounds the staleness
-                ep.seg.policy_versions.append(int(min(tv)) if tv else int(res.weight_version))
-                event.n_sampled = len(res.token_ids)
-                event.finish_reason = res.finish_reason
-                event.weight_version = int(res.weight_version)
-                sampled = list(res.token_ids)
-                if sampled[-1] in self.stop_ids:
-                    body_ids = sampled[:-1]
-                else:
-                    body_ids = sampled
-                if sampled[-1] != self.im_end:
-                    ep.seg.append_context([self.im_end])  # close the turn (never trained on)
-                text = self._decode(body_ids)
-                event.raw_text = text
-                ep.turn_msgs.append([{"role": "assistant", "content": text}])
-                # parse the action(s)
-                actions, perrs = self._parse(text, function_protocol, tools)
-                event.parse_errors = perrs
-                event.policy_action = [_action_json(a) for a in actions] if actions else None
-                if any(s in text for s in rules.stop_strings):
-                    traj.turns.append(event)
-                    status = "stopped"
-                    turn += 1
-                    break
-                observations: list[str] = []
-                done = False
-                if not actions:
-                    ep.n_errors += 1
-                    if rules.on_unparsable == "end":
-                        event.errors.append("unparsable action: " + "; ".join(perrs))
-                        traj.turns.append(event)
-                        status = "unparsable"
-                        turn += 1
-                        break
-                    if rules.on_unparsable == "pass_raw":
-                        actions = [chat.split_thinking(text)[1]]
-                    else:
-                        observations.append(rules.unparsable_message.format(
-                            errors="; ".join(perrs) or "no action found"))
-                        event.observation = observations[-1]
-                sent = []
-                for act in actions:
-                    act_ctx = {"name": act.name if isinstance(act, ToolCall) else None,
-                               "arguments": act.arguments if isinstance(act, ToolCall) else {},
-                               "text": self._cap(act if isinstance(act, str) else
-                                                 json.dumps(_action_json(act))),
-                               "parse_errors": perrs}
-                    key = json.dumps(_action_json(act), sort_keys=True, default=str)
-                    rc = ep.repeat_count + 1 if key == ep.last_action_key else 0
-                    eff = await self._hook(ep, "on_before_action", self._ctx(
-                        ep, task_info, turn, action=act_ctx,
-                        state=self._state(ep, turn, repeat_count=rc)), event)
-                    if eff is not None and eff.result["kind"] == "block_and_prompt":
-                        observations.append(NOTE_PREFIX + self._inserted(eff.result["message"],
-                                                                         hint_cap))
-                        continue
-                    if eff is not None and not self._admissible(ep, eff.result["action"], event):
-                        eff = None
-                    if eff is not None:
-                        act = _to_action(eff.result["action"])
-                        if eff.result.get("message"):
-                            observations.append(NOTE_PREFIX + self._inserted(
-                                eff.result["message"], hint_cap))
-                        key = json.dumps(_action_json(act), sort_keys=True, default=str)
-                        rc = ep.repeat_count + 1 if key == ep.last_action_key else 0
-                    ep.repeat_count = rc
-                    ep.last_action_key = key
-                    if rep_limit and rc + 1 >= rep_limit:
-                        if rules.on_repeated == "end":
-                            status = "repeated_action"
-                            done = True
-                            break
-                        observations.append(rules.repeated_message.format(count=rc + 1))
-                    step = await self._env_step(env, act, event, ep)
-                    sent.append(_action_json(act))
-                    observations.append(h.observation.apply(self._inserted(step.observation),
-                                                            turn=turn,
-                                                            turns_left=rules.max_turns - turn - 1,
-                                                            max_chars=max_obs))
-                    event.reward += float(step.reward)
-                    if step.done and rules.stop_on_done:
-                        done = True
-                        break
-                event.action = sent or None
-                obs_join = "\n".join(observations)
-                # on_post_step (not after the episode ended: there is nothing to recover)
-                post = None if done else await self._hook(ep, "on_post_step", self._ctx(
-                    ep, task_info, turn, action={"sent": sent}, observation=self._cap(obs_join),
-                    reward=event.reward, done=done), event)
-                if post is not None and not done:
-                    if post.result["kind"] == "inject_hint":
-                        observations.append(HINT_PREFIX + self._inserted(post.result["message"],
-                                                                         hint_cap))
-                    elif self._admissible(ep, post.result["action"], event):
-                        forced = _to_action(post.result["action"])
-                        step = await self._env_step(env, forced, event, ep)
-                        event.action = (event.action or []) + [_action_json(forced)]
-                        observations.append(NOTE_PREFIX + "executed "
-                                            + json.dumps(_action_json(forced)) + "\n"
-                                            + h.observation.apply(self._inserted(step.observation),
-                                                                  max_chars=max_obs))
-                        event.reward += float(step.reward)
-                        done = done or (step.done and rules.stop_on_done)
-                event.observation = "\n".join(observations)
-                event.done = done
-                prev_obs = ep.history[-1]["observation"] if ep.history else None
-                stuck = not sent or self._cap(event.observation) == prev_obs
-                ep.no_progress = ep.no_progress + 1 if stuck else 0
-                ep.history.append({"turn": turn, "action": sent,
-                                   "observation": self._cap(event.observation)})
-                traj.turns.append(event)
-                turn += 1
-                if done:
-                    status = status if status == "repeated_action" else "completed"
-                    break
-                if not observations:
-                    observations = ["(no observation)"]
-                pending = observations
-                pending_kind = "tool" if function_protocol else "user"
-            try:
-                evaluation = await env.aevaluate()
-            except Exception as e:  # noqa: BLE001
-                raise InfraFailure(f"env evaluate failed: {type(e).__name__}: {e}") from e
-            traj.evaluation = dict(evaluation)
-            traj.success = bool(evaluation.get("success", False))
-            traj.reward = float(evaluation.get("score", 1.0 if traj.success else 0.0))
-            traj.status = status
-            traj.segments = ep.segments
-            traj.hook_contexts = ep.hook_contexts
-            versions = [v for s in ep.segments for v in s.policy_versions]
-            traj.policy_version = min(versions) if versions else int(self.engine.weight_version)
-        finally:
-            engine_keys.append(ep.engine_key())
-            for k in engine_keys:
-                try:
-                    await self.engine.end_episode(k)
-                except Exception:  # noqa: BLE001 - releasing cache is best effort
-                    log.debug("end_episode(%s) failed", k)
-            try:
-                await env.aclose()
-            except Exception:  # noqa: BLE001
-                log.debug("env close failed", exc_info=True)
-
     def _parse(self, text: str, function_protocol: bool, tools) -> tuple[list, list[str]]:
         conv = self.harness.calling_convention
         if self.harness.enable_thinking and chat.THINK_CLOSE not in text:
@@ -547,10 +683,10 @@ class Executor:
             return False
         return True
 
-    async def _env_step(self, env: Env, action: Any, event: TurnEvent, ep: _Episode):
+    async def _env_step(self, ep: _Episode, action: Any, event: TurnEvent):
         t0 = time.perf_counter()
         try:
-            step = await env.astep(action)
+            step = await ep.env.astep(action)
         except Exception as e:  # noqa: BLE001 - environment machinery failed
             raise InfraFailure(f"env step failed: {type(e).__name__}: {e}") from e
         event.timings["env_s"] = event.timings.get("env_s", 0.0) + time.perf_counter() - t0
@@ -569,9 +705,14 @@ class Executor:
 
     # -- public API ----------------------------------------------------------------------------------
     async def run_episode(self, task: Task, episode_id: Optional[str] = None,
-                          group_id: str = "") -> Trajectory:
-        """One episode with bounded infrastructure retries; always returns a trajectory."""
+                          group_id: str = "", sampling_key: Optional[str] = None) -> Trajectory:
+        """One episode with bounded infrastructure retries; always returns a trajectory.
+
+        ``sampling_key`` (default: the episode id) keys the per-turn sampling seeds (module
+        docstring); it is recorded in ``traj.meta["sampling_key"]``.
+        """
         episode_id = episode_id or f"ep-{uuid.uuid4().hex[:12]}"
+        sampling_key = sampling_key or episode_id
         t_start = time.perf_counter()
         errors: list[str] = []
         for attempt in range(self.config.infra_retries + 1):
@@ -580,10 +721,12 @@ class Executor:
                               overlay_id=self.overlay.overlay_id if self.overlay else "",
                               group_id=group_id, run_id=self.run_id,
                               meta={"harness_name": self.harness.name, "split": task.split,
-                                    "category": task.category})
+                                    "category": task.category, "sampling_key": sampling_key,
+                                    "sampling_seed": self.config.seed})
             try:
-                await asyncio.wait_for(self._attempt(task, traj, f"{episode_id}/a{attempt}"),
-                                       timeout=self.harness.rules.episode_timeout_s)
+                await asyncio.wait_for(
+                    self._attempt(task, traj, f"{episode_id}/a{attempt}", sampling_key),
+                    timeout=self.harness.rules.episode_timeout_s)
             except InfraFailure as e:
                 errors.append(str(e))
                 log.warning("episode %s attempt %d: infrastructure failure: %s", episode_id,
@@ -615,18 +758,27 @@ class Executor:
 
     async def run_episodes(self, tasks: Sequence[Task], n_per_task: int = 1,
                            group_prefix: str = "") -> list[Trajectory]:
-        """``n_per_task`` episodes of every task, concurrently; one group id per task."""
+        """``n_per_task`` episodes of every task, concurrently; one group id per task; the j-th
+        episode of a task samples with key ``"<task_id>#<j>"``."""
         if n_per_task < 1:
             raise ValueError(f"n_per_task must be >= 1, got {n_per_task}")
+        return await self.run_samples([(t, f"{t.task_id}#{j}") for t in tasks
+                                       for j in range(n_per_task)], group_prefix)
+
+    async def run_samples(self, samples: Sequence[tuple[Task, str]],
+                          group_prefix: str = "") -> list[Trajectory]:
+        """One episode per ``(task, sampling_key)``, concurrently (``config.concurrency``), in
+        order; one group id per task. Rerunning the keys of earlier trajectories
+        (``traj.meta["sampling_key"]``) pairs each new episode with the old one."""
         sem = asyncio.Semaphore(self.config.concurrency)
 
-        async def one(task: Task, j: int) -> Trajectory:
+        async def one(task: Task, key: str) -> Trajectory:
             async with sem:
                 gid = f"{group_prefix}{task.task_id}"
-                return await self.run_episode(task, episode_id=f"{gid}-{j}-{uuid.uuid4().hex[:6]}",
-                                              group_id=gid)
+                return await self.run_episode(task, episode_id=f"{gid}-{uuid.uuid4().hex[:8]}",
+                                              group_id=gid, sampling_key=key)
 
-        return list(await asyncio.gather(*(one(t, j) for t in tasks for j in range(n_per_task))))
+        return list(await asyncio.gather(*(one(t, k) for t, k in samples)))
 
 
 async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], task: Task,

@@ -12,16 +12,38 @@ dropped; texts are collapsed to one line and capped at 900 characters):
 A result that violates its contract (wrong kind, a forced action without an action, a
 block without a message, ...) is treated as no effect, like a crash or a timeout.
 
-What a hook reads (``ctx``, attribute or item access; missing attributes read as None):
-``ctx.env``, ``ctx.task`` (``id``, ``env``, ``category``, ``instruction`` = the task text),
-``ctx.turn``, ``ctx.max_turns``, ``ctx.turns_left``, ``ctx.history`` (last turns:
-``turn``, ``action``, ``observation``), ``ctx.state`` (``repeat_count``, ``no_progress_turns``,
-``stalled``, ``errors``), ``ctx.admissible_actions`` (when the environment lists them), and per
-hook point: ``make_pre_hint`` -> ``ctx.observation`` (the pending feedback); ``on_before_action``
--> ``ctx.action`` (``name``, ``arguments``, ``text``, ``parse_errors``); ``on_post_step`` ->
-``ctx.action.sent``, ``ctx.observation``, ``ctx.reward``, ``ctx.done``. ``nb`` is the episode's
-notebook (a JSON dict that persists across calls). Helpers: ``re`` (search, match, findall, sub,
-split, ...), ``math``, ``SequenceMatcher``, and the builtins of ``lint.ALLOWED_BUILTINS``.
+What a hook reads (``ctx``, attribute or item access; missing attributes read as None).
+
+Every hook point gets:
+
+* ``hook`` (its own name), ``env``, ``task`` (``id``, ``env``, ``category``, ``instruction`` = the
+  task text), ``turn``, ``max_turns``, ``turns_left``;
+* ``history``: the last turns, each ``{turn, action, observation, error}``;
+* ``state``: ``turn``, ``repeat_count`` (identical consecutive actions so far), ``no_progress_turns``,
+  ``stalled`` (``no_progress_turns >= stall_turns``), ``errors`` (turns whose feedback reported an
+  error), ``notes`` (entries in ``nb``);
+* the latest feedback: ``observation`` (the text the policy sees next or is answering),
+  ``last_action`` (the actions the environment received in the previous turn, None before the
+  first) and ``last_error`` (the error that feedback reports: a parse error, an environment's
+  ``info["error"]``, a blocked action; None when there is none);
+* ``admissible_actions`` when the environment lists them.
+
+Per hook point:
+
+* ``on_init``: ``observation`` is the task's first observation; ``last_action``/``last_error``
+  are None;
+* ``make_pre_hint``: ``observation`` is the pending feedback the hint will join;
+* ``on_before_action``: the same ``observation``/``last_*`` (the feedback the policy answered),
+  plus ``action`` (``name``, ``arguments``, ``text``, ``parse_errors``) and
+  ``state.repeat_count`` counting this action;
+* ``on_post_step``: this turn's outcome: ``action.sent`` (what the environment received),
+  ``observation`` (the new feedback), ``last_action`` (= ``action.sent``), ``last_error``,
+  ``reward``, ``done``.
+
+Typed rules read the same contexts through ``obs.text`` (= ``observation``), ``obs.error``
+(= ``last_error``), ``action.*``, ``state.*`` and ``task.*``. ``nb`` is the episode's notebook (a
+JSON dict that persists across calls). Helpers: ``re`` (search, match, findall, sub, split, ...),
+``math``, ``SequenceMatcher``, and the builtins of ``lint.ALLOWED_BUILTINS``.
 """
 from __future__ import annotations
 

@@ -35,9 +35,11 @@ class HookEffect:
 
 
 def condition_view(ctx: dict) -> dict:
-    """The namespace conditions read: action.*, state.*, task.*, obs.*."""
+    """The namespace conditions read: action.*, state.*, task.*, obs.* (``obs.text``: the latest
+    feedback; ``obs.error``: the error it reports, "" when none)."""
     return {"action": ctx.get("action") or {}, "state": ctx.get("state") or {},
-            "task": ctx.get("task") or {}, "obs": {"text": ctx.get("observation") or ""}}
+            "task": ctx.get("task") or {}, "obs": {"text": ctx.get("observation") or "",
+                                                   "error": ctx.get("last_error") or ""}}
 
 
 class Overlay:
@@ -181,6 +183,11 @@ class Overlay:
     def stats_dict(self) -> dict:
         return {k: dict(v) for k, v in self.stats.items()}
 
+    def fired(self) -> bool:
+        """Whether the patch has changed anything so far: a hook point took an effect, or the
+        patch sets runtime config. A patch that never fires is a runtime no-op."""
+        return bool(self.config) or any(st["effects"] for st in self.stats.values())
+
 
 def reject_runtime_noop(patch: Patch, contexts: Sequence[dict], env_name: Optional[str] = None,
                         sandbox: Union[None, HookSandbox, HookSandboxPool] = None) -> Optional[str]:
@@ -192,15 +199,15 @@ def reject_runtime_noop(patch: Patch, contexts: Sequence[dict], env_name: Option
     """
     if not contexts:
         return "runtime no-op check: no recorded contexts to dry-run the patch on"
-    if patch.config():
-        return None
     ov = Overlay(patch, env_name=env_name, sandbox=sandbox)
     notebooks: dict[Any, dict] = {}
     try:
         for rec in contexts:
-            nb = notebooks.setdefault(rec.get("episode"), {})
-            if ov.call(rec["hook"], rec["ctx"], nb) is not None:
+            if ov.fired():
                 return None
+            ov.call(rec["hook"], rec["ctx"], notebooks.setdefault(rec.get("episode"), {}))
+        if ov.fired():
+            return None
     finally:
         ov.close()
     return (f"runtime no-op: the patch changed nothing on {len(contexts)} recorded hook calls "

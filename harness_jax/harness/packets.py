@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 import re
 from typing import Iterable, Optional, Sequence
@@ -166,10 +167,62 @@ def build_failure_packet(trajectories: Iterable[Trajectory], benchmark: str, *,
                                "token_budget": token_budget})
 
 
-def baseline_rewards(trajectories: Sequence[Trajectory]) -> dict[str, list[float]]:
-    """task_id -> rewards of non-infrastructure episodes (the cached Harness-R1 baseline R^0)."""
-    out: dict[str, list[float]] = collections.defaultdict(list)
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The Harness-R1 baseline ``R^0`` of a batch: the unpatched target's reward for each task
+    and sampling key, and the executor seed it sampled with.
+
+    ``evaluate_patch`` reruns exactly these ``(task, sampling_key)`` episodes with the patch
+    installed and the same seed, so each patched episode is paired with its baseline episode
+    (identical sampling noise; a patch that changes nothing reproduces the baseline rewards).
+    ``rewards``: task_id -> {sampling_key: reward}; ``seed``: ``ExecutorConfig.seed`` of the run
+    (None: unseeded, so reruns are paired by key only).
+    """
+
+    rewards: dict
+    seed: Optional[int] = None
+
+    def __post_init__(self):
+        for task_id, per_key in self.rewards.items():
+            if not isinstance(per_key, dict) or not per_key:
+                raise ValueError(f"Baseline.rewards[{task_id!r}]: expected a non-empty "
+                                 "{sampling_key: reward} dict (build it with baseline_rewards)")
+
+    def mean(self, task_id: str) -> float:
+        r = self.rewards[task_id]
+        return sum(r.values()) / len(r)
+
+    def samples(self, task_ids: Sequence[str]) -> list[tuple[str, str]]:
+        """``(task_id, sampling_key)`` of every baseline episode of these tasks, in order."""
+        return [(t, k) for t in task_ids for k in sorted(self.rewards[t])]
+
+    def to_dict(self) -> dict:
+        return {"rewards": {t: dict(r) for t, r in self.rewards.items()}, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Baseline":
+        return cls(rewards={t: {k: float(v) for k, v in r.items()}
+                            for t, r in d["rewards"].items()}, seed=d.get("seed"))
+
+    def fingerprint(self) -> str:
+        return hashlib.sha1(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def baseline_rewards(trajectories: Sequence[Trajectory]) -> Baseline:
+    """The cached Harness-R1 baseline ``R^0`` from the unpatched target's trajectories (episodes
+    with infrastructure errors have no reward and are left out)."""
+    rewards: dict[str, dict[str, float]] = collections.defaultdict(dict)
+    seeds = set()
     for t in trajectories:
-        if not t.infra_error:
-            out[t.task_id].append(float(t.reward))
-    return dict(out)
+        if t.infra_error:
+            continue
+        key = t.meta.get("sampling_key") or t.episode_id
+        if key in rewards[t.task_id]:
+            raise ValueError(f"baseline_rewards: two episodes of task {t.task_id} share the "
+                             f"sampling key {key!r}; give each episode its own key")
+        rewards[t.task_id][key] = float(t.reward)
+        seeds.add(t.meta.get("sampling_seed"))
+    if len(seeds) > 1:
+        raise ValueError(f"baseline_rewards: the trajectories were sampled with different seeds "
+                         f"{sorted(seeds, key=str)}; a baseline comes from one run")
+    return Baseline(rewards=dict(rewards), seed=seeds.pop() if seeds else None)

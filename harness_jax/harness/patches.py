@@ -74,6 +74,8 @@ def _pred_obs_empty(view):
 
 
 def _pred_obs_error(view):
+    if _state_view(view, "obs.error"):       # the environment said the last action failed
+        return True
     text = str(_state_view(view, "obs.text") or "").lower()
     return any(w in text for w in ("error", "exception", "invalid", "not found", "failed"))
 
@@ -91,7 +93,8 @@ def _pred_no_tool_call(view):
 
 
 def _pred_sql_mutation(view):
-    sql = str(_state_view(view, "action.arguments.sql") or _state_view(view, "action.text") or "")
+    sql = str(_state_view(view, "action.arguments.query") or _state_view(view, "action.text")
+              or "")
     return bool(re.match(r"\s*(insert|update|delete|drop|alter|create)\b", sql, re.I))
 
 

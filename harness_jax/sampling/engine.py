@@ -292,6 +292,17 @@ class JaxEngine(RolloutEngine):
     def weight_version(self) -> int:
         return self._version
 
+    @property
+    def served_state(self):
+        """The parameter state the engine decodes with: the model's own arrays with
+        ``weight_layout="hf"``, the [in, out] copy with ``"in_out"``."""
+        return self._state
+
+    @property
+    def cache_shardings(self):
+        """The sharding of every array of the decode cache (a pytree shaped like the cache)."""
+        return jax.tree_util.tree_map(lambda a: a.sharding, self._cache)
+
     def submit(self, request: GenerateRequest,
                on_chunk: Optional[Callable[[StreamChunk], None]] = None) -> concurrent.futures.Future:
         """Queues a request; the future resolves to a ``GenerateResult``.

@@ -4,7 +4,8 @@ Serves the request/response shapes of SGLang 0.5.23 that RL clients use (``/gene
 ``/health``, ``/health_generate``, ``/model_info``, ``/server_info``, ``/v1/loads``,
 ``/flush_cache``, ``/abort_request``, ``/pause_generation``, ``/continue_generation``,
 ``/update_weights_from_disk``, ``/v1/models``) plus an OpenAI-compatible
-``/v1/chat/completions`` (tools in, tool calls out, token ids on request). Why: the SGLang client
+``/v1/chat/completions`` (tools in, tool calls out, token ids on request; ``stream: true``
+answers with ``chat.completion.chunk`` Server-Sent Events). Why: the SGLang client
 is tested end to end over real HTTP against it, and frozen target agents / helper LLMs can be
 served from JAX hosts (TPU) where SGLang's weight-update API is missing.
 
@@ -13,6 +14,7 @@ takes the server down (500 with the message).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -22,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
+from harness_jax.sampling import chat
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
                                         GenerateResult, SamplingParams)
 
@@ -384,13 +387,22 @@ class EngineServer:
         return qwen3_5.load_hf(path, dtype=self.dtype)
 
     # ------------------------------------------------------------------ chat completions
-    def chat_completions(self, body: dict) -> dict:
-        from harness_jax.harness.chat import parse_tool_calls, render_messages
+    def _parse_chat(self, body: Any) -> "_ChatRequest":
+        """Validates a ``/v1/chat/completions`` body (every error is a 400 naming the field)."""
         _req(isinstance(body, dict), "body", "must be a JSON object")
         _req(self.tokenizer is not None, "messages", "this server has no tokenizer")
-        _req(not body.get("stream"), "stream", "streaming is not supported; set stream=false")
         _req(body.get("n", 1) == 1, "n", "only n=1 is supported")
         _req(not body.get("top_logprobs"), "top_logprobs", "top logprobs are not supported")
+        stream = body.get("stream", False)
+        _req(isinstance(stream, bool), "stream", "must be true or false")
+        opts = body.get("stream_options")
+        _req(opts is None or isinstance(opts, dict), "stream_options", "must be an object")
+        _req(opts is None or stream, "stream_options", "only allowed with stream=true")
+        opts = opts or {}
+        _req(set(opts) <= {"include_usage", "continuous_usage_stats"}, "stream_options",
+             f"unknown option(s) {sorted(set(opts) - {'include_usage', 'continuous_usage_stats'})}")
+        _req(not opts.get("continuous_usage_stats"), "stream_options.continuous_usage_stats",
+             "not supported; use include_usage")
         tools = body.get("tools")
         _req(tools is None or isinstance(tools, list), "tools", "must be a list of tool specs")
         tool_specs = None
@@ -399,16 +411,17 @@ class EngineServer:
             for i, t in enumerate(tools):
                 _req(isinstance(t, dict), f"tools[{i}]", "must be an object")
                 tool_specs.append(t.get("function", t) if t.get("type") == "function" else t)
+        kw = body.get("chat_template_kwargs") or {}
+        _req(isinstance(kw, dict), "chat_template_kwargs", "must be an object")
+        thinking = bool(kw.get("enable_thinking", False))
         if body.get("input_ids") is not None:
             ids = _int_list(body["input_ids"], "input_ids")
         else:
             msgs = body.get("messages")
             _req(isinstance(msgs, list) and msgs, "messages", "must be a non-empty list")
-            kw = body.get("chat_template_kwargs") or {}
-            _req(isinstance(kw, dict), "chat_template_kwargs", "must be an object")
             try:
-                prompt = render_messages(msgs, tools=tools or None, add_generation_prompt=True,
-                                         enable_thinking=bool(kw.get("enable_thinking", False)))
+                prompt = chat.render_messages(msgs, tools=tools or None, add_generation_prompt=True,
+                                              enable_thinking=thinking)
             except (ValueError, TypeError) as e:
                 raise BadRequest("messages", str(e))
             ids = self.tokenizer.encode(prompt, add_special_tokens=False)
@@ -428,39 +441,153 @@ class EngineServer:
             if body.get(k) not in (None, 0, 0.0):
                 raise BadRequest(k, "not supported by harness_jax serve (only 0)")
         params, _ = parse_sampling_params(sp, "request")
-        rid = body.get("rid") or f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        res: GenerateResult = self._submit(ids, params, rid).result()
-        text = self.tokenizer.decode(res.token_ids, skip_special_tokens=True)
-        if isinstance(res.stop_reason, str) and res.stop_reason in text:
-            text = text[:text.rfind(res.stop_reason)]
-        content, calls, _errors = parse_tool_calls(text, tools=tool_specs) if tools else (text, [], [])
-        if not tools:
-            from harness_jax.harness.chat import split_thinking
-            reasoning, content = split_thinking(text)
-        message: dict = {"role": "assistant", "content": content or (None if calls else "")}
-        finish = {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort"}[res.finish_reason]
-        if calls:
-            message["tool_calls"] = [
-                {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                 "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
-                for c in calls]
-            finish = "tool_calls" if res.finish_reason == FINISH_STOP else finish
-        choice: dict = {"index": 0, "message": message, "finish_reason": finish}
-        if body.get("logprobs"):
-            choice["logprobs"] = {"content": [
-                {"token": self.tokenizer.decode([t]), "bytes": list(self.tokenizer.decode([t]).encode()),
-                 "logprob": l, "top_logprobs": []} for t, l in zip(res.token_ids, res.logprobs)]}
+        return _ChatRequest(
+            ids=ids, params=params, rid=body.get("rid") or f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            model=body.get("model") or self.served_model_name, tools=tool_specs,
+            thinking=thinking, logprobs=bool(body.get("logprobs")),
+            include_usage=bool(opts.get("include_usage")), body=body)
+
+    def _token_logprobs(self, token_ids, logprobs) -> list:
+        out = []
+        for t, lp in zip(token_ids, logprobs):
+            piece = self.tokenizer.decode([t])
+            out.append({"token": piece, "bytes": list(piece.encode()), "logprob": lp,
+                        "top_logprobs": []})
+        return out
+
+    def _reply_text(self, token_ids, stop_reason=None) -> str:
+        text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        if isinstance(stop_reason, str) and stop_reason in text:
+            text = text[:text.rfind(stop_reason)]
+        return text
+
+    @staticmethod
+    def _finish_reason(res: GenerateResult, calls) -> str:
+        if calls and res.finish_reason == FINISH_STOP:
+            return "tool_calls"
+        return {FINISH_STOP: "stop", FINISH_LENGTH: "length", FINISH_ABORT: "abort"}[res.finish_reason]
+
+    def _extras(self, req: "_ChatRequest", res: GenerateResult, choice: dict, out: dict) -> None:
+        """The SGLang-style extras a client may ask for (token ids, weight version)."""
+        body = req.body
         if body.get("return_token_ids") or body.get("return_prompt_token_ids"):
-            choice["prompt_token_ids"] = ids
+            choice["prompt_token_ids"] = req.ids
         if body.get("return_token_ids"):
             choice["response_token_ids"] = list(res.token_ids)
-        out = {"id": rid, "object": "chat.completion", "created": int(time.time()),
-               "model": body.get("model") or self.served_model_name, "choices": [choice],
-               "usage": {"prompt_tokens": len(ids), "completion_tokens": len(res.token_ids),
-                         "total_tokens": len(ids) + len(res.token_ids)}}
         if body.get("return_meta_info"):
-            out["meta_info"] = {"weight_version": self._version_of(res), "cached_tokens": res.cached_tokens}
+            out["meta_info"] = {"weight_version": self._version_of(res),
+                                "cached_tokens": res.cached_tokens}
+
+    def chat_completions(self, body: dict) -> dict:
+        """``/v1/chat/completions`` without streaming: one ``chat.completion`` object."""
+        req = self._parse_chat(body)
+        _req(not body.get("stream"), "stream", "use chat_completions_stream for stream=true")
+        res: GenerateResult = self._submit(req.ids, req.params, req.rid).result()
+        content, calls = chat.reply_view(self._reply_text(res.token_ids, res.stop_reason),
+                                         tools=req.tools, thinking=req.thinking)
+        message: dict = {"role": "assistant", "content": content or (None if calls else "")}
+        if calls:
+            message["tool_calls"] = [_tool_call_json(c) for c in calls]
+        choice: dict = {"index": 0, "message": message,
+                        "finish_reason": self._finish_reason(res, calls)}
+        if req.logprobs:
+            choice["logprobs"] = {"content": self._token_logprobs(res.token_ids, res.logprobs)}
+        out = {"id": req.rid, "object": "chat.completion", "created": int(time.time()),
+               "model": req.model, "choices": [choice], "usage": _usage(req.ids, res.token_ids)}
+        self._extras(req, res, choice, out)
         return out
+
+    def chat_completions_stream(self, body: dict) -> "_Stream":
+        """``/v1/chat/completions`` with ``stream: true``: ``chat.completion.chunk`` objects
+        (sent as SSE, then ``data: [DONE]``): a role chunk, content deltas and tool-call deltas
+        (each call whole, once its ``</tool_call>`` closes), a final chunk with
+        ``finish_reason`` (and the SGLang extras), and with ``stream_options.include_usage`` a
+        last chunk with empty ``choices`` and the usage (earlier chunks carry ``usage: null``).
+        The deltas add up to the non-streamed reply (``chat.reply_view``). Validation happens
+        before the first chunk; closing the stream (client gone) aborts the request.
+        """
+        req = self._parse_chat(body)
+        self._gate.wait()
+        try:
+            chunks = self.engine.stream(GenerateRequest(input_ids=req.ids, params=req.params,
+                                                        request_id=req.rid))
+        except ValueError as e:
+            raise BadRequest("input_ids", str(e))
+        return _Stream(self._chat_chunks(req, chunks), chunks.close)
+
+    def _chat_chunks(self, req: "_ChatRequest", chunks) -> Iterator[dict]:
+        created = int(time.time())
+
+        def chunk(delta: Optional[dict], finish=None, **extra) -> dict:
+            choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
+                                                 "finish_reason": finish}]
+            out = {"id": req.rid, "object": "chat.completion.chunk", "created": created,
+                   "model": req.model, "choices": choices, **extra}
+            if req.include_usage and "usage" not in out:
+                out["usage"] = None
+            return out
+
+        yield chunk({"role": "assistant", "content": ""})
+        toks: list = []
+        pending_lps: list = []       # (token, logprob) not yet attached to a chunk
+        sent_content, sent_calls = "", 0
+        for c in chunks:
+            toks += c.token_ids
+            pending_lps += zip(c.token_ids, c.logprobs)
+            res = c.result
+            if res is None:   # hold back a partial UTF-8 character until its bytes are complete
+                text = self.tokenizer.decode(toks, skip_special_tokens=True).rstrip("\ufffd")
+            else:
+                text = self._reply_text(res.token_ids, res.stop_reason)
+            content, calls = chat.reply_view(text, tools=req.tools, thinking=req.thinking,
+                                             final=res is not None, stops=req.params.stop)
+            deltas = []
+            if content.startswith(sent_content) and len(content) > len(sent_content):
+                deltas.append({"content": content[len(sent_content):]})
+                sent_content = content
+            for i in range(sent_calls, len(calls)):
+                deltas.append({"tool_calls": [{"index": i, **_tool_call_json(calls[i])}]})
+            sent_calls = max(sent_calls, len(calls))
+            for d in deltas:
+                out = chunk(d)
+                if req.logprobs and pending_lps:
+                    out["choices"][0]["logprobs"] = {"content": self._token_logprobs(
+                        *zip(*pending_lps))}
+                    pending_lps = []
+                yield out
+            if res is not None:
+                out = chunk({}, self._finish_reason(res, calls))
+                if req.logprobs and pending_lps:
+                    out["choices"][0]["logprobs"] = {"content": self._token_logprobs(
+                        *zip(*pending_lps))}
+                self._extras(req, res, out["choices"][0], out)
+                yield out
+                if req.include_usage:
+                    yield chunk(None, usage=_usage(req.ids, res.token_ids))
+
+
+@dataclasses.dataclass
+class _ChatRequest:
+    ids: list
+    params: SamplingParams
+    rid: str
+    model: str
+    tools: Optional[list]
+    thinking: bool
+    logprobs: bool
+    include_usage: bool
+    body: dict
+
+
+def _tool_call_json(call) -> dict:
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call.name,
+                         "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+
+
+def _usage(prompt_ids, token_ids) -> dict:
+    return {"prompt_tokens": len(prompt_ids), "completion_tokens": len(token_ids),
+            "total_tokens": len(prompt_ids) + len(token_ids)}
 
 
 class _Stream:
@@ -586,6 +713,8 @@ class _Handler(BaseHTTPRequestHandler):
                 status, out = app.update_weights_from_disk(body)
                 return self._send(status, out)
             if path == "/v1/chat/completions" and method == "POST":
+                if isinstance(body, dict) and body.get("stream"):
+                    return self._send_sse(app.chat_completions_stream(body))
                 return self._send(200, app.chat_completions(body))
             return self._send(404, {"error": {"message": f"{method} {path} not found", "field": "path"}})
         except BadRequest as e:
@@ -611,7 +740,7 @@ def build_server(model_path: str, *, tokenizer_path: Optional[str] = None, max_s
         raise ValueError(f"dtype {dtype!r}: use 'float32' or 'bfloat16'")
     tokenizer = None
     try:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
         tokenizer = load_tokenizer(tokenizer_path or model_path)
     except Exception as e:   # token-in/token-out serving still works without one
         log.warning("no tokenizer (%s); text inputs, stop strings and chat are disabled", e)

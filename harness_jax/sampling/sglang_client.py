@@ -205,6 +205,10 @@ class SGLangClient(RolloutEngine):
             self._affinity[ep] = url
         return url
 
+    def server_of(self, episode_id: str) -> Optional[str]:
+        """The server an episode is pinned to (its KV cache lives there), None when unpinned."""
+        return self._affinity.get(episode_id)
+
     async def _wait_unpaused(self) -> None:
         while not self._unpaused_flag:
             await asyncio.sleep(0.01)

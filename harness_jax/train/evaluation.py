@@ -68,7 +68,7 @@ def evaluate_main(config, workdir: str, *, tasks: Sequence, checkpoint: str = ""
     if k > 1 and temperature == 0:
         temperature = 0.7
     if checkpoint and os.path.exists(os.path.join(checkpoint, "tokenizer.json")):
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
         tokenizer = load_tokenizer(checkpoint)          # an exported HF dir carries its tokenizer
     elif checkpoint and os.path.isdir(os.path.join(checkpoint, "tokenizer")):
         from harness_jax.train import task_tokenizer

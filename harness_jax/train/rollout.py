@@ -30,7 +30,7 @@ def load_tokenizer(config, workdir: Optional[str] = None):
     if config.model.tokenizer == "task_bpe":
         from harness_jax.train import task_tokenizer
         return task_tokenizer.load_or_train(config, workdir)
-    from harness_jax.harness.tokenizer import load_tokenizer as _load
+    from harness_jax.sampling.tokenizer import load_tokenizer as _load
     return _load(config.model.hf_path or None)
 
 
@@ -101,7 +101,7 @@ def _prefill_buckets(max_len: int):
 
 
 def _eos_ids(tokenizer):
-    from harness_jax.harness.tokenizer import special_token_ids
+    from harness_jax.sampling.tokenizer import special_token_ids
     ids = special_token_ids(tokenizer)
     return (ids["<|im_end|>"], ids["<|endoftext|>"])
 

@@ -56,7 +56,7 @@ def demo_replies(config, task) -> list[str]:
                          "for 'dbbench' only; set --config.sft.enabled=False")
     from harness_jax.envs.base import ToolCall
     from harness_jax.envs.dbbench.env import oracle_reply
-    from harness_jax.harness.chat import render_tool_call
+    from harness_jax.sampling.chat import render_tool_call
 
     protocol = dict(config.env.kwargs).get("protocol", "text")
     out = []
@@ -66,7 +66,7 @@ def demo_replies(config, task) -> list[str]:
 
 
 async def record_demonstrations(config, runner, tasks, harness, tokenizer) -> list:
-    from harness_jax.harness.tokenizer import special_token_ids
+    from harness_jax.sampling.tokenizer import special_token_ids
 
     end = special_token_ids(tokenizer)["<|im_end|>"]
 

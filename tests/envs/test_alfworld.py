@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("alfworld")
 pytest.importorskip("fast_downward")
+pytestmark = pytest.mark.slow   # every test here plays generated games (~1-2 min to generate)
 
 from harness_jax.envs import ToolCall, registry  # noqa: E402
 from harness_jax.envs import alfworld  # noqa: E402

@@ -277,15 +277,72 @@ def test_load_tasks_reads_agentbench_format(tmp_path, generated_items):
     with pytest.raises(registry.SealedSplitError):
         dbbench.load_tasks(str(path), split="test")
     bad = dict(select_item)
-    del bad["label"]
+    del bad["label"]          # not AgentBench-shaped: cannot be run at all
     path.write_text(json.dumps(bad) + "\n")
-    with pytest.raises(ValueError, match=r"\.label"):
+    with pytest.raises(ValueError, match=r"standard.jsonl\[0\]\.label"):
         dbbench.load_tasks(str(path))
-    bad = json.loads(json.dumps(select_item))
-    bad["table"]["table_info"]["rows"][1] = ["Germany"]
-    path.write_text(json.dumps(bad) + "\n")
-    with pytest.raises(ValueError, match=r"rows\[1\]"):
-        dbbench.load_tasks(str(path))
+
+
+def _unmaterialisable_items(generated_items):
+    """Hand-made items of the shapes AgentBench's own files contain: a column with an empty
+    name (SELECT and INSERT items) and a row shorter than the header."""
+    empty_col = {
+        "description": "How many nations are listed?",
+        "add_description": "The name of this table is Medals, and the headers of this table "
+                           "are Nation,,Total.",
+        "table": {"table_name": "Medals", "table_info": {
+            "columns": [{"name": "Nation", "type": "TEXT"}, {"name": "", "type": "TEXT"},
+                        {"name": "Total", "type": "INT"}],
+            "rows": [["Norway", "", 39], ["Germany", "", 31]]}},
+        "type": ["counting"], "label": ["2"]}
+    insert = json.loads(json.dumps(next(
+        i for i in generated_items if dbdata.item_category(i) == "INSERT")))
+    insert["table"]["table_info"]["columns"][0]["name"] = ""
+    ragged = json.loads(json.dumps(empty_col))
+    ragged["table"]["table_info"]["columns"].pop(1)
+    ragged["table"]["table_info"]["rows"] = [["Norway", 39], ["Germany"]]
+    return empty_col, insert, ragged
+
+
+def test_items_no_engine_can_materialise_load_and_score_like_agentbench(
+        engine, tmp_path, generated_items, caplog):
+    empty_col, insert, ragged = _unmaterialisable_items(generated_items)
+    good = generated_items[0]
+    path = tmp_path / "dev.jsonl"
+    path.write_text("\n".join(json.dumps(i) for i in (good, empty_col, insert, ragged)))
+    problems = []
+    with caplog.at_level("WARNING"):
+        tasks = dbbench.load_tasks(str(path), problems=problems)
+    assert len(tasks) == 4                                   # nothing aborted, nothing dropped
+    assert [(p.index, p.reason.split(" fails")[0]) for p in problems] == [
+        (1, "CREATE TABLE `Medals`"), (2, f"CREATE TABLE `{insert['table']['table_name']}`"),
+        (3, "INSERT INTO `Medals`")]
+    assert "Incorrect column name ''" in problems[0].reason
+    assert "Column count doesn't match value count at row 2" in problems[2].reason
+    assert "dev.jsonl[1]: CREATE TABLE `Medals` fails" in caplog.text
+
+    env = dbbench.DBBenchEnv(engine=engine, protocol="text")
+    # the good item is unaffected by its neighbours
+    assert _play(env, tasks[0], dbbench.oracle_reply(good, "text"))[1]["success"]
+    # v0.2: the episode runs without the table and is judged like any other
+    env.reset(tasks[1])
+    r = env.step("Action: Operation\n```sql\nSELECT COUNT(*) FROM `Medals`;\n```")
+    assert r.info["sql_error"] and not r.done and not r.info.get("infra_error")
+    res, ev = _play(env, tasks[1], ['Action: Answer\nFinal Answer: ["2"]'])
+    assert ev["success"] and "Incorrect column name" in ev["setup_errors"][0]
+    # a mutation item on a table that was never created fails its fingerprint
+    res, ev = _play(env, tasks[2], dbbench.oracle_reply(insert, "text"))
+    assert res.done and res.reward == 0.0 and not ev["success"]
+    # a failed INSERT leaves the table empty
+    env.reset(tasks[3])
+    assert env.step("Action: Operation\n```sql\nSELECT COUNT(*) FROM `Medals`;\n```"
+                    ).observation == "[(0,)]"
+    env.close()
+    # AgentBench FC ends a sample whose set-up failed as a task error: score 0 whatever is said
+    fc = dbbench.DBBenchEnv(engine=engine, protocol="function")
+    res, ev = _play(fc, tasks[1], [ToolCall("commit_final_answer", {"answers": ["2"]})])
+    assert res.reward == 0.0 and ev["status"] == "task_error" and ev["setup_errors"]
+    fc.close()
 
 
 def test_answer_checks_follow_agentbench():

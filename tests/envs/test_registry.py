@@ -1,10 +1,12 @@
-"""Registry, splits and the sealed test split (enforced: outside evaluation entry points,
-inside training scopes, and from training/evolution modules)."""
+"""Registry (families register themselves), splits and the sealed test split (enforced where
+a task is made: outside evaluation entry points and inside training scopes)."""
+import asyncio
+import dataclasses
 import json
 
 import pytest
 
-from harness_jax.envs import Task, registry
+from harness_jax.envs import Env, StepResult, Task, registry, textworld_env
 from harness_jax.envs import dbbench
 from harness_jax.envs.dbbench import generator
 
@@ -32,27 +34,35 @@ def test_generated_splits_are_deterministic_and_disjoint():
     assert registry.split_seed("train", 0) != registry.split_seed("test", 0)
 
 
-def test_test_split_is_sealed_outside_evaluation():
-    with pytest.raises(registry.SealedSplitError, match="sealed_test_access"):
-        registry.load_split("dbbench", "test", n=2)
-    with pytest.raises(registry.SealedSplitError):
-        dbbench.generate_tasks(2, split="test")
-    with pytest.raises(registry.SealedSplitError):
-        dbbench.tasks_from_items(generator.generate_items(1, seed=0), split="test")
-    from harness_jax.envs import textworld_env
-    with pytest.raises(registry.SealedSplitError):
-        textworld_env.make_task("tw-coin_collector", {"level": 1}, split="test")
+def test_test_split_is_sealed_wherever_a_task_is_made():
+    # every route to a test task meets the one check in Task: loaders, generators, direct
+    # construction and re-marking an existing task
+    routes = [
+        lambda: registry.load_split("dbbench", "test", n=2),
+        lambda: dbbench.generate_tasks(2, split="test"),
+        lambda: dbbench.tasks_from_items(generator.generate_items(1, seed=0), split="test"),
+        lambda: textworld_env.make_task("tw-coin_collector", {"level": 1}, split="test"),
+        lambda: Task("dbbench", {"x": 1}, split="test"),
+        lambda: dataclasses.replace(Task("dbbench", {"x": 1}), split="test"),
+    ]
+    for route in routes:
+        with pytest.raises(registry.SealedSplitError, match="sealed_test_access"):
+            route()
     with registry.sealed_test_access("final evaluation in a unit test"):
         tasks = registry.load_split("dbbench", "test", n=2)
         assert registry.current_test_access() == "final evaluation in a unit test"
+        made = [route() for route in routes[1:]]
+        assert all(t.split == "test" for m in made for t in (m if isinstance(m, list) else [m]))
     assert [t.split for t in tasks] == ["test", "test"]
     assert registry.current_test_access() is None
     with pytest.raises(ValueError, match="reason"):
         with registry.sealed_test_access(""):
             pass
+    with pytest.raises(ValueError, match="split="):
+        Task("dbbench", {"x": 1}, split="dev")
 
 
-def test_training_scopes_and_training_modules_cannot_unseal():
+def test_training_scopes_cannot_unseal_even_in_tasks_and_threads():
     with registry.training_scope("grpo run"):
         with pytest.raises(registry.SealedSplitError, match="training_scope"):
             with registry.sealed_test_access("sneaky"):
@@ -61,25 +71,62 @@ def test_training_scopes_and_training_modules_cannot_unseal():
         with registry.training_scope("callback inside eval"):
             with pytest.raises(registry.SealedSplitError, match="training_scope"):
                 registry.load_split("dbbench", "test", n=1)
-    # code living in a training module (here: compiled as harness_jax.rl.<name>) is refused
-    # even when it tries to open the seal itself
-    src = ("def load():\n"
-           "    with registry.sealed_test_access('trying'):\n"
-           "        return registry.load_split('dbbench', 'test', n=1)\n")
-    ns = {"__name__": "harness_jax.rl.sim_trainer", "registry": registry}
-    exec(compile(src, "sim_trainer.py", "exec"), ns)
-    with pytest.raises(registry.SealedSplitError, match="harness_jax.rl.sim_trainer"):
-        ns["load"]()
-    ns_eval = {"__name__": "harness_jax.eval.sim_eval", "registry": registry}
-    exec(compile(src, "sim_eval.py", "exec"), ns_eval)
-    assert len(ns_eval["load"]()) == 1
+
+    def make_test_task():
+        with registry.sealed_test_access("a callback trying to unseal"):
+            return Task("dbbench", {"x": 3}, split="test")
+
+    async def from_worker_thread_and_task():
+        with pytest.raises(registry.SealedSplitError, match="training_scope"):
+            await asyncio.to_thread(make_test_task)
+        with pytest.raises(registry.SealedSplitError, match="training_scope"):
+            await asyncio.create_task(asyncio.to_thread(make_test_task))
+
+    with registry.training_scope("loop"):
+        asyncio.run(from_worker_thread_and_task())
+    assert make_test_task().split == "test"      # outside the scope the callback is fine
 
 
 def test_assert_no_test_tasks_guards_training_inputs():
     ok = [Task("dbbench", {"x": 1}, split="train")]
     registry.assert_no_test_tasks(ok)
+    with registry.sealed_test_access("a test task to guard against"):
+        bad = Task("dbbench", {"x": 2}, split="test")
     with pytest.raises(registry.SealedSplitError, match="1 test-split"):
-        registry.assert_no_test_tasks(ok + [Task("dbbench", {"x": 2}, split="test")])
+        registry.assert_no_test_tasks(ok + [bad])
+
+
+class _ToyEnv(Env):
+    name = "toyfamily"
+
+    async def areset(self, task):
+        return "q"
+
+    async def astep(self, action):
+        return StepResult("done", 1.0, True)
+
+    async def aevaluate(self):
+        return {"success": True, "score": 1.0}
+
+
+def _toy_split(split, n=2):
+    return [Task("toyfamily", {"i": i}, split=split) for i in range(n)]
+
+
+def test_a_family_registers_itself_and_names_are_owned():
+    spec = registry.register(registry.EnvSpec("toyfamily", _ToyEnv, _toy_split, "a test family"))
+    assert "toyfamily" in registry.names() and registry.spec("toyfamily") is spec
+    assert isinstance(registry.make("toyfamily"), _ToyEnv)
+    assert [t.split for t in registry.load_split("toyfamily", "search", n=3)] == ["search"] * 3
+    # the same module may register again (a re-import); another module may not take the name
+    registry.register(registry.EnvSpec("toyfamily", _ToyEnv, _toy_split))
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(registry.EnvSpec("dbbench", _ToyEnv, _toy_split))
+    with pytest.raises(ValueError, match="identifier"):
+        registry.EnvSpec("web shop", _ToyEnv, _toy_split)
+    registry.register(registry.EnvSpec("mislabels", _ToyEnv, lambda split: _toy_split("train")))
+    with pytest.raises(RuntimeError, match="loader bug"):
+        registry.load_split("mislabels", "search")
 
 
 def test_file_backed_splits_partition_by_content_hash(tmp_path):

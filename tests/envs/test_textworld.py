@@ -45,6 +45,7 @@ def tw_cache(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tw_games"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("challenge,args,proto", [
     ("tw-coin_collector", {"level": 1}, "text"),
     ("custom", {"world-size": 2, "nb-objects": 3, "quest-length": 2}, "function"),

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from harness_jax.envs.base import Task
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig, run_episode, run_episodes
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.sandbox import HookSandbox
@@ -347,6 +347,67 @@ def test_real_dbbench_environment_with_scripted_policy(qwen_tok):
     assert traj.turns[1].action == [{"name": "commit_final_answer", "arguments": {"answers": []}}]
     assert traj.success is True and traj.reward == 1.0
     check_token_exact(traj, eng)
+
+
+def test_every_hook_sees_the_latest_feedback(qwen_tok):
+    """A guard can react to the last error: ``on_before_action`` (like every hook) reads the
+    feedback the policy is answering (``obs.text``/``ctx.observation``) and the error it
+    reports (``obs.error``/``ctx.last_error``). Real DBBench environment, scripted policy."""
+    from harness_jax.envs import registry
+
+    task = registry.load_split("dbbench", "train", n=3, seed=0)[0]
+    bad = "SELEC broken"
+    patch = validate_patch({
+        "schema_version": "harness-r1-patch-v1", "benchmark": "dbbench", "actions": [
+            {"type": "add_guard_rule", "id": "no_blind_retry",
+             "when": {"all": [{"pred": "observation_has_error"}, {"pred": "action_repeated"}]},
+             "effect": "block_and_prompt", "message": "That statement just failed; fix it."},
+            {"type": "add_code_hook", "hook": "on_post_step", "code":
+                "def hook(ctx, nb):\n    if ctx.last_error and 'syntax' in ctx.last_error:\n"
+                "        return {'kind': 'inject_hint', 'message': 'Check the SQL spelling.'}\n"}]},
+        env_name="dbbench")
+    assert patch.ok, patch.errors
+    sent = []
+
+    def make_env():
+        env = registry.make("dbbench", engine="sqlite", protocol="text")
+        step = env.astep
+
+        async def logged(action):
+            sent.append(action)
+            return await step(action)
+        env.astep = logged
+        return env
+
+    op = f"Action: Operation\n```sql\n{bad}\n```"
+    eng = ScriptedEngine(qwen_tok, [op, op, 'Action: Answer\nFinal Answer: ["x"]'])
+    traj = run(run_episode(eng, make_env, task, HarnessSpec(rules=ExecutionRules(max_turns=4)),
+                           overlay=patch.patch, tokenizer=qwen_tok,
+                           config=ExecutorConfig(record_hook_contexts=True)))
+    assert not traj.infra_error, traj.errors
+    assert sent.count(op) == 1                       # the blind retry never reached the database
+    t0, t1 = traj.turns[:2]
+    assert [(i["hook"], i["source"]) for i in t0.interventions] == [("on_post_step", "code")]
+    assert "Check the SQL spelling." in t0.observation
+    assert [(i["hook"], i["source"]) for i in t1.interventions] == [
+        ("on_before_action", "rule:no_blind_retry")]
+    assert "That statement just failed" in t1.observation
+    ctx = {(c["hook"], c["ctx"]["turn"]): c["ctx"] for c in traj.hook_contexts}
+    # on_init: the task text is the observation; nothing has happened yet
+    assert ctx["on_init", 0]["observation"].startswith(task.data["description"][:40])
+    assert ctx["on_init", 0]["last_error"] is None and ctx["on_init", 0]["last_action"] is None
+    # turn 1: pre-hint and guard both see turn 0's feedback, its action and its error
+    for hook in ("make_pre_hint", "on_before_action"):
+        c = ctx[hook, 1]
+        assert "syntax" in c["last_error"] and c["last_action"] == [op]
+        assert c["last_error"].split(":")[0] in c["observation"]
+        assert c["history"][-1]["error"] == c["last_error"]
+    assert ctx["on_before_action", 1]["action"]["text"] == op
+    assert ctx["on_before_action", 1]["state"]["repeat_count"] == 1
+    # on_post_step reads this turn's outcome
+    c = ctx["on_post_step", 0]
+    assert c["action"] == {"sent": [op]} and c["done"] is False and "syntax" in c["last_error"]
+    assert ctx["on_before_action", 1]["state"]["errors"] == 1
 
 
 class SlowEnv(ScriptedEnv):

@@ -26,7 +26,7 @@ def byte_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from harness_jax.harness.tokenizer import _byte_to_unicode
+    from harness_jax.sampling.tokenizer import _byte_to_unicode
 
     b2u = _byte_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}

@@ -4,7 +4,7 @@ import asyncio
 import pytest
 
 from harness_jax.envs.base import Task
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig, run_episodes
 from harness_jax.harness.packets import baseline_rewards, build_failure_packet, sanitize
 from harness_jax.harness.siblings import Sibling, load_pool, save_pool
@@ -43,7 +43,7 @@ def test_packet_selects_sanitises_and_counts(trajs):
     small = build_failure_packet(trajs, "toy", token_budget=200)
     assert len(small.included) == 1 and small.est_tokens < 260
     assert len(build_failure_packet(trajs, "toy", max_traces=1).included) == 1
-    assert baseline_rewards(trajs)[trajs[1].task_id] == [0.0]
+    assert baseline_rewards(trajs).rewards[trajs[1].task_id] == {f"{trajs[1].task_id}#0": 0.0}
     assert sanitize("/tmp/a/b and /tmpfile") == "[PATH] and /tmpfile"
 
 

@@ -313,7 +313,7 @@ def test_overlays_get_their_own_workers():
     p = Patch(actions=[{"type": "add_code_hook", "hook": "make_pre_hint", "code": code}])
     a, b = Overlay(p), Overlay(p)
     try:
-        assert a.make_pre_hint({}, {}) is not None and b.make_pre_hint({}, {}) is not None
+        assert a.make_pre_hint({}, {}).result == b.make_pre_hint({}, {}).result == {"message": "x"}
         pids_a = {w.worker_pid for w in a.sandbox.workers} - {None}
         pids_b = {w.worker_pid for w in b.sandbox.workers} - {None}
         assert pids_a and pids_b and not (pids_a & pids_b)

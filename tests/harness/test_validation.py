@@ -215,7 +215,7 @@ def test_return_contracts():
 
 def test_condition_interpreter():
     preds = predicates_for("dbbench")
-    view = {"action": {"name": "execute_sql", "arguments": {"sql": "DELETE FROM t"}},
+    view = {"action": {"name": "execute_sql", "arguments": {"query": "DELETE FROM t"}},
             "state": {"turn": 3, "repeat_count": 2}, "task": {"category": "SELECT"},
             "obs": {"text": "ERROR 1064: syntax"}}
     assert eval_condition({"all": [{"gte": ["state.turn", 3]}, {"pred": "sql_mutation"},

@@ -16,7 +16,7 @@ def dense_model(tiny_hf_dense_dir):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.sampling.tokenizer import load_tokenizer
     return load_tokenizer()
 
 

@@ -35,6 +35,7 @@ def moe_setup(tiny_hf_moe_dir):
     eng.close()
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_dense(dense_engine, hf_dense):
     outs = dense_engine.generate_batch(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))
     for p, o in zip(PROMPTS, outs):
@@ -42,6 +43,7 @@ def test_greedy_matches_transformers_dense(dense_engine, hf_dense):
         assert o.finish_reason in ("stop", "length") and len(o.logprobs) == len(o.token_ids)
 
 
+@pytest.mark.slow
 def test_greedy_matches_transformers_moe(moe_setup):
     eng, hf = moe_setup
     outs = eng.generate_batch(PROMPTS, SamplingParams(max_new_tokens=10, temperature=0.0))
@@ -195,6 +197,7 @@ def test_weight_update_in_place_switches_outputs(dense_engine, dense_model):
         dense_engine.update_weights({"x": jnp.zeros(2)})
 
 
+@pytest.mark.slow
 def test_weight_layouts_agree(dense_engine, dense_model):
     """The CPU default serves the ``[in, out]`` decode copy; the HF layout (the model's own
     arrays, the accelerator default) samples the same tokens with the same log-probs."""
@@ -209,7 +212,7 @@ def test_weight_layouts_agree(dense_engine, dense_model):
             for x, y in zip(a, b):
                 assert x.token_ids == y.token_ids
                 np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-5)
-        leaf = jax.tree_util.tree_leaves(eng._state)[0]
+        leaf = jax.tree_util.tree_leaves(eng.served_state)[0]
         assert any(leaf is w for w in jax.tree_util.tree_leaves(nnx.state(dense_model)))   # no copy
     finally:
         eng.close()
@@ -259,6 +262,7 @@ def test_update_policies_for_in_flight_requests(dense_engine, dense_model):
     dense_engine.update_weights(state, version=v0)
 
 
+@pytest.mark.slow
 def test_sharded_engine_matches_single_device(dense_engine, tiny_hf_dense_dir):
     """Parameters on a data=2 x tensor=2 mesh (4 of the 8 fake CPU devices): the engine picks
     the mesh up from the parameters, shards its cache by logical axes, and decodes the same."""
@@ -268,7 +272,7 @@ def test_sharded_engine_matches_single_device(dense_engine, tiny_hf_dense_dir):
     model = qwen3_5.load_hf(tiny_hf_dense_dir, dtype="float32", mesh=mesh, rules=shd.SAMPLE_RULES)
     eng = JaxEngine(model, max_slots=4, max_len=64, prefill_buckets=(16,), decode_steps=4)
     try:
-        assert eng.mesh is not None and eng._cache.k_LBSKH.sharding.spec[1] == "data"
+        assert eng.mesh is not None and eng.cache_shardings.k_LBSKH.spec[1] == "data"
         g = SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True)
         prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[3]]
         got = [o.token_ids for o in eng.generate_batch(prompts, g)]

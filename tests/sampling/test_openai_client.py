@@ -2,7 +2,8 @@
 
 Uses a scripted local HTTP server as a test double: a real OpenAI-compatible provider cannot be
 reached from CI, and rate-limit / 5xx / malformed-reply behaviour must be provoked on demand.
-(The client is also run against the real ``EngineServer`` chat endpoint in test_server_client.py.)
+(The client is also run against the real ``EngineServer`` chat endpoint in
+test_chat_completions.py.)
 """
 import json
 import threading

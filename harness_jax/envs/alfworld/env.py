@@ -13,7 +13,8 @@ import json
 import os
 from typing import Optional, Sequence
 
-from harness_jax.envs.base import SPLITS, Task
+from harness_jax.envs import splits
+from harness_jax.envs.base import Task
 from harness_jax.envs.alfworld import generator as gen
 from harness_jax.envs.textgame import GameObs, TextGameEnv
 
@@ -30,11 +31,6 @@ FUNCTION_INSTRUCTION = """Interact with a household to solve a task. You are an 
 
 
 def make_task(record: dict, split: str = "train") -> Task:
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r}: expected one of {SPLITS}")
-    if split == "test":  # every way of marking data as test goes through the seal
-        from harness_jax.envs import registry
-        registry.check_test_access("alfworld task with split='test'")
     tt = record.get("task_type")
     if tt not in gen.TASK_TYPES:
         raise ValueError(f"ALFWorld record: task_type={tt!r}; expected one of {gen.TASK_TYPES}")
@@ -48,9 +44,6 @@ def load_game_dir(data_dir: str, split: str = "train", task_types: Optional[Sequ
                   limit: Optional[int] = None) -> list[Task]:
     """Real ALFWorld games: every ``*/traj_data.json`` + ``game.tw-pddl`` under ``data_dir``
     whose game is marked solvable (as ``AlfredTWEnv.collect_game_files`` does)."""
-    if split == "test":
-        from harness_jax.envs import registry
-        registry.check_test_access(f"alfworld.load_game_dir({data_dir!r}, split='test')")
     if not os.path.isdir(data_dir):
         raise FileNotFoundError(f"ALFWorld data_dir {data_dir!r} is not a directory (expected "
                                 "e.g. json_2.1.1/valid_seen with one folder per trial)")
@@ -147,9 +140,6 @@ class ALFWorldEnv(TextGameEnv):
 
 def generated_tasks(n: int, seed: int = 0, split: str = "train",
                     task_types: Optional[Sequence[str]] = None) -> list[Task]:
-    if split == "test":
-        from harness_jax.envs import registry
-        registry.check_test_access("alfworld.generated_tasks(split='test')")
     return [make_task(r, split) for r in gen.generate_games(n, seed=seed, task_types=task_types)]
 
 
@@ -160,12 +150,12 @@ def load_split(split: str, n: int = 12, seed: int = 0, data_dir: Optional[str] =
     ``train``, ``selection``/``search`` -> ``valid_seen``, ``test`` -> ``valid_unseen``), else
     ``n`` generated games from the split's own seed stream, cached as JSON in ``cache_dir``
     (generation plays the expert: about 2-6 s per game)."""
-    from harness_jax.envs import registry
+    splits.check_split(split)
     if data_dir is not None:
         sub = {"train": "train", "search": "valid_seen", "selection": "valid_seen",
                "test": "valid_unseen"}[split]
         return load_game_dir(os.path.join(data_dir, sub), split, task_types, limit=n)
-    s = registry.split_seed(split, seed)
+    s = splits.split_seed(split, seed)
     path = None
     if cache_dir:
         tt = ",".join(task_types) if task_types else "all"

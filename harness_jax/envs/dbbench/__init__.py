@@ -6,13 +6,16 @@
     question = env.reset(tasks[0])
     res = env.step("Action: Operation\\n```sql\\nSELECT 1;\\n```")
 """
+from typing import Optional, Sequence
+
+from harness_jax.envs import registry, splits
 from harness_jax.envs.dbbench.data import (CATEGORIES, ENV_NAME, MUTATION_CATEGORIES,
-                                           SELECT_CATEGORIES, item_category, load_tasks,
-                                           make_task, read_items, tasks_from_items,
-                                           validate_item)
+                                           SELECT_CATEGORIES, ItemProblem, item_category,
+                                           item_problems, load_tasks, make_task, read_items,
+                                           tasks_from_items, validate_item)
 from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, MariaDBEngine,
                                               SQLiteEngine, TableSpec, mariadb_available,
-                                              make_engine)
+                                              make_engine, setup_problems)
 from harness_jax.envs.dbbench.env import DBBenchEnv, gold_hash, oracle_reply
 from harness_jax.envs.dbbench.generator import generate_item, generate_items
 from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, lenient_match, parse_text_action,
@@ -21,15 +24,29 @@ from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, lenient_match, parse_
 
 def generate_tasks(n: int, seed: int = 0, split: str = "train", categories=None) -> list:
     """``n`` generated items of stream ``seed`` as ``Task`` objects (see ``generator``)."""
-    if split == "test":
-        from harness_jax.envs import registry
-        registry.check_test_access("dbbench.generate_tasks(split='test')")
     return tasks_from_items(generate_items(n, seed=seed, categories=categories), split=split,
                             source="generated")
 
 
+def load_split(split: str, n: int = 100, seed: int = 0, path: Optional[str] = None,
+               fractions: Optional[dict] = None, categories: Optional[Sequence] = None) -> list:
+    """Registry loader: from ``path`` (AgentBench jsonl, partitioned by content hash) or the
+    generator (``n`` tasks from the split's own seed stream)."""
+    if path is not None:
+        return splits.partition_tasks(load_tasks(path), split, fractions)
+    return tasks_from_items(
+        generate_items(n, seed=splits.split_seed(split, seed), categories=categories),
+        split=split, source=f"generated[{split}]")
+
+
+registry.register(registry.EnvSpec(
+    name=ENV_NAME, make=DBBenchEnv, load_split=load_split,
+    description="AgentBench DB on SQLite or MariaDB; generated or file-backed tasks"))
+
+
 __all__ = [
     "CATEGORIES", "ENV_NAME", "MUTATION_CATEGORIES", "SELECT_CATEGORIES", "DBBenchEnv",
+    "ItemProblem", "item_problems", "load_split", "setup_problems",
     "Engine", "EngineUnavailable", "MariaDBEngine", "SQLiteEngine", "TableSpec", "TOOL_SPECS",
     "generate_item", "generate_items", "generate_tasks", "gold_hash", "item_category",
     "lenient_match", "load_tasks", "make_engine", "make_task", "mariadb_available",

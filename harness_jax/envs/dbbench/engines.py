@@ -44,7 +44,13 @@ class EngineUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class TableSpec:
-    """One table of a DBBench item: name, column names (all created as TEXT), rows."""
+    """One table of a DBBench item: name, column names (all created as TEXT), rows.
+
+    Only the shape is checked here (what is needed to attempt the set-up at all). Whether a
+    SQL engine can *materialise* the table (empty or duplicate column names, rows whose length
+    differs from the header: all present in AgentBench's own data) is ``setup_problems``'s
+    question; such tables are set up as far as MySQL would get (see ``Session.setup_errors``).
+    """
     name: str
     columns: tuple
     rows: tuple
@@ -69,19 +75,44 @@ class TableSpec:
         names = []
         for i, c in enumerate(cols):
             n = c.get("name") if isinstance(c, dict) else c
-            if not isinstance(n, str) or not n:
+            if not isinstance(n, str):
                 raise ValueError(f"{where}.table_info.columns[{i}]: expected {{'name': str, "
                                  f"'type': str}}, got {c!r}")
             names.append(n)
-        if not isinstance(rows, list):
+        if not isinstance(rows, list) or not all(isinstance(r, (list, tuple)) for r in rows):
             raise ValueError(f"{where}.table_info.rows: expected a list of rows (lists)")
-        out_rows = []
-        for i, r in enumerate(rows):
-            if not isinstance(r, (list, tuple)) or len(r) != len(names):
-                raise ValueError(f"{where}.table_info.rows[{i}]: expected a list of {len(names)} "
-                                 f"values (one per column), got {r!r}")
-            out_rows.append(tuple(None if v is None else str(v) for v in r))
-        return cls(name=name, columns=tuple(names), rows=tuple(out_rows))
+        out_rows = tuple(tuple(None if v is None else str(v) for v in r) for r in rows)
+        return cls(name=name, columns=tuple(names), rows=out_rows)
+
+
+MYSQL_IDENT_MAX = 64
+
+
+def setup_problems(table: TableSpec) -> tuple[Optional[str], Optional[str]]:
+    """What MySQL says when AgentBench's set-up of ``table`` fails: ``(create_error,
+    insert_error)``, each None when that statement succeeds. A failed ``CREATE TABLE`` leaves no
+    table (and no ``INSERT`` is attempted); a failed ``INSERT`` leaves the table empty.
+
+    The rules are MySQL's (the engine AgentBench runs): a column name must be non-empty, must
+    not end with a space and has at most 64 characters; column names are unique ignoring case;
+    every row has one value per column. SQLite would accept some of these, so both engines
+    apply them before touching the database, and every engine gives the same database.
+    """
+    seen: set = set()
+    for i, c in enumerate(table.columns):
+        if c == "" or c.endswith(" "):
+            return f"1166 (42000): Incorrect column name '{c}'", None
+        if len(c) > MYSQL_IDENT_MAX:
+            return f"1059 (42000): Identifier name '{c}' is too long", None
+        if c.lower() in seen:
+            return f"1060 (42S21): Duplicate column name '{c}'", None
+        seen.add(c.lower())
+    if len(table.name) > MYSQL_IDENT_MAX:
+        return f"1059 (42000): Identifier name '{table.name}' is too long", None
+    for i, r in enumerate(table.rows):
+        if len(r) != len(table.columns):
+            return None, f"1136 (21S01): Column count doesn't match value count at row {i + 1}"
+    return None, None
 
 
 @dataclasses.dataclass
@@ -134,6 +165,33 @@ def join_table_hashes(hashes: Sequence[str]) -> str:
 
 
 class Session(abc.ABC):
+    """One isolated database. ``setup_errors`` lists the set-up statements that failed (as
+    ``"CREATE TABLE `t`: <MySQL error>"``); the session is usable whatever they say, holding
+    what AgentBench's set-up would have left (see ``setup_problems``)."""
+
+    setup_errors: list
+
+    def _setup(self, tables: Sequence[TableSpec], create, insert, errors: tuple) -> None:
+        """Creates each table (``create(table)``) and fills it (``insert(table)``) as far as
+        MySQL would; statement errors (``errors``: the driver's exception types) are recorded
+        in ``setup_errors``, anything else propagates (infrastructure)."""
+        self.setup_errors = []
+        for t in tables:
+            create_err, insert_err = setup_problems(t)
+            if create_err is None:
+                try:
+                    create(t)
+                except errors as e:
+                    create_err = f"{type(e).__name__}: {e}"
+            if create_err is None and insert_err is None and t.rows:
+                try:
+                    insert(t)
+                except errors as e:
+                    insert_err = f"{type(e).__name__}: {e}"
+            for stmt, err in (("CREATE TABLE", create_err), ("INSERT INTO", insert_err)):
+                if err is not None:
+                    self.setup_errors.append(f"{stmt} {_quote_ident(t.name)}: {err}")
+
     @abc.abstractmethod
     def execute(self, sql: str) -> ExecResult:
         ...
@@ -256,14 +314,18 @@ class SQLiteSession(Session):
         conn.create_function("lcase", 1, lambda s: None if s is None else _sql_str(s).lower())
         conn.create_function("ucase", 1, lambda s: None if s is None else _sql_str(s).upper())
         conn.create_function("regexp", 2, _regexp, deterministic=True)
-        for name, cols, rows in ((t.name, t.columns, t.rows) for t in self.tables):
-            col_sql = ", ".join(f"{_quote_ident(c)} TEXT COLLATE NOCASE" for c in cols)
-            conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote_ident(name)} ({col_sql})")
-            if rows:
-                marks = ", ".join("?" for _ in cols)
-                conn.executemany(
-                    f"INSERT INTO {_quote_ident(name)} ({', '.join(map(_quote_ident, cols))}) "
-                    f"VALUES ({marks})", rows)
+
+        def create(t: TableSpec) -> None:
+            col_sql = ", ".join(f"{_quote_ident(c)} TEXT COLLATE NOCASE" for c in t.columns)
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {_quote_ident(t.name)} ({col_sql})")
+
+        def insert(t: TableSpec) -> None:
+            marks = ", ".join("?" for _ in t.columns)
+            conn.executemany(
+                f"INSERT INTO {_quote_ident(t.name)} ({', '.join(map(_quote_ident, t.columns))}) "
+                f"VALUES ({marks})", t.rows)
+
+        self._setup(self.tables, create, insert, (sqlite3.Error,))
         # Limits and the authorizer go on after set-up: they guard the agent's statements only.
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes)
@@ -410,15 +472,22 @@ class MariaDBSession(Session):
             self.thread_id = self.conn.thread_id()
             with self.conn.cursor() as cur:
                 cur.execute(f"SET SESSION max_statement_time = {float(engine.statement_timeout_s)}")
-                for t in self.tables:
+
+                def create(t: TableSpec) -> None:
                     col_sql = ", ".join(f"{_quote_ident(c)} TEXT" for c in t.columns)
                     cur.execute(f"CREATE TABLE IF NOT EXISTS {_quote_ident(t.name)} ({col_sql})")
-                    if t.rows:
-                        marks = ", ".join(["%s"] * len(t.columns))
-                        # identifiers may hold '%' (e.g. "Turnout (%)"): escape for pyformat
-                        target = (f"{_quote_ident(t.name)} "
-                                  f"({', '.join(map(_quote_ident, t.columns))})").replace("%", "%%")
-                        cur.executemany(f"INSERT INTO {target} VALUES ({marks})", list(t.rows))
+
+                def insert(t: TableSpec) -> None:
+                    marks = ", ".join(["%s"] * len(t.columns))
+                    # identifiers may hold '%' (e.g. "Turnout (%)"): escape for pyformat
+                    target = (f"{_quote_ident(t.name)} "
+                              f"({', '.join(map(_quote_ident, t.columns))})").replace("%", "%%")
+                    cur.executemany(f"INSERT INTO {target} VALUES ({marks})", list(t.rows))
+
+                # statement errors only; a lost connection (OperationalError) is infrastructure
+                self._setup(self.tables, create, insert,
+                            (pymysql.err.ProgrammingError, pymysql.err.DataError,
+                             pymysql.err.IntegrityError, pymysql.err.InternalError))
         except Exception:
             self.close()
             raise

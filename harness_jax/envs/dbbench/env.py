@@ -9,6 +9,14 @@ the md5 fingerprint of the final table with the gold fingerprint, which is compu
 the gold statement (``label[0]``) on a fresh copy in the *same* engine (falling back to
 ``answer_md5`` when the gold statement fails). Mutation items are judged by the table state
 whatever the agent answered, also when the round limit ends the episode, as in v0.2.
+
+Items whose tables cannot be materialised (``data.item_problems``) run on the database
+AgentBench's set-up leaves (no table after a failed ``CREATE``, an empty one after a failed
+``INSERT``; ``evaluate()["setup_errors"]`` says which) and are scored as AgentBench scores
+them: the text protocol as v0.2 (the episode runs and is judged like any other, so a mutation
+item fails its fingerprint), the function protocol as AgentBench FC (a failed set-up ends the
+sample as a task error, score 0). They are never infrastructure errors: the same item fails
+the same way on every attempt, and AgentBench counts it.
 """
 from __future__ import annotations
 
@@ -162,6 +170,7 @@ class DBBenchEnv(BlockingEnv):
         self.answer: Any = None
         self.status = "running"
         self.history: list[dict] = []
+        self.setup_errors: list[str] = []
         self._result: Optional[dict] = None
 
     def _close_session(self):
@@ -184,6 +193,7 @@ class DBBenchEnv(BlockingEnv):
             self.session = self.engine.open_session(self.tables)
         except EngineUnavailable as e:
             raise InfraError(str(e)) from e
+        self.setup_errors = list(self.session.setup_errors)
         return proto.question_text(task.data, self.protocol)
 
 
@@ -202,6 +212,8 @@ class DBBenchEnv(BlockingEnv):
         r = self.session.execute(sql)
         info.update(sql=sql, sql_error=r.error is not None, truncated=r.truncated,
                     timed_out=r.timed_out)
+        if r.error is not None:
+            info["error"] = r.error
         if r.infra_error:
             info["infra_error"] = True
             self.done = True
@@ -212,7 +224,7 @@ class DBBenchEnv(BlockingEnv):
         return StepResult(observation=r.text, reward=0.0, done=False, info=info)
 
     def _invalid(self, message: str, info: dict) -> StepResult:
-        info["invalid_action"] = message
+        info["invalid_action"] = info["error"] = message
         if self.strict_format:
             return self._terminal(message, "invalid_format", info)
         if self.rounds >= self.max_rounds:
@@ -285,6 +297,11 @@ class DBBenchEnv(BlockingEnv):
                 ok = proto.strict_match(self.answer, item.get("label", []))
             else:
                 ok = proto.lenient_match(self.answer, item.get("label", []))
+        if self.setup_errors:
+            out["setup_errors"] = list(self.setup_errors)
+            if self.protocol == "function":   # AgentBench FC: a failed set-up is a task error
+                ok = False
+                out["status"] = "task_error"
         out.update(success=bool(ok), score=1.0 if ok else 0.0)
         return out
 

@@ -2,7 +2,7 @@
 import pytest
 
 from harness_jax.envs.base import ToolCall
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 
 TOOL = {"type": "function", "function": {
     "name": "execute_sql", "description": "Run one SQL statement",
@@ -82,10 +82,10 @@ def test_deltas_extend_a_rendered_prefix_exactly():
       {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"},
       {"role": "assistant", "content": "done"}], [TOOL]),
 ])
-def test_tokenizer_chat_template_agrees_with_renderer(qwen_tok, msgs, tools):
+def test_tokenizer_chat_template_agrees_with_renderer(tokenizer, msgs, tools):
     for thinking in (False, True):
         ours = chat.render_messages(msgs, tools=tools, enable_thinking=thinking)
-        theirs = qwen_tok.apply_chat_template(msgs, tools=tools, tokenize=False,
+        theirs = tokenizer.apply_chat_template(msgs, tools=tools, tokenize=False,
                                               add_generation_prompt=True,
                                               enable_thinking=thinking)
         assert ours == theirs

@@ -202,7 +202,7 @@ def _load_cached(path_key: Optional[str]):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(path_key)
-    from harness_jax.harness.chat import QWEN3_5_CHAT_TEMPLATE
+    from harness_jax.sampling.chat import QWEN3_5_CHAT_TEMPLATE
 
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(cached_tokenizer_file()),

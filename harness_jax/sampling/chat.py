@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, Iterable, Optional, Sequence
 
-from harness_jax.envs.base import ToolCall
+from harness_jax.types import ToolCall
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -453,6 +453,48 @@ def parse_tool_calls(text: str, tools: Optional[Sequence[dict]] = None
         pos = end + len(TOOL_CALL_CLOSE)
     content = "".join(content_parts).strip()
     return content, calls, errors
+
+
+def _held_prefix(text: str, markers: Iterable[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
+    best = 0
+    for m in markers:
+        for n in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:n]):
+                best = n
+                break
+    return best
+
+
+def reply_view(text: str, tools: Optional[Sequence[dict]] = None, thinking: bool = False,
+               final: bool = True, stops: Sequence[str] = ()) -> tuple[str, list[ToolCall]]:
+    """What an OpenAI-style chat reply shows of assistant ``text``: ``(content, tool_calls)``.
+
+    ``final=True`` (the whole reply): with ``tools`` the content and calls of
+    ``parse_tool_calls``, else the text after the reasoning (``split_thinking``). ``final=False``
+    (a reply still being generated) gives the same view of the text so far, minus whatever
+    later tokens could still change: a partial ``<tool_call>``/``</think>``/stop string at the
+    end, an unclosed ``<tool_call>`` block, trailing whitespace (the final content is stripped),
+    and all of it while a thinking reply has not closed ``</think>``. Successive views of a
+    growing text therefore extend each other, and their last one equals the final view, so a
+    stream of their differences adds up to the non-streamed reply.
+    """
+    if not final:
+        cut = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+        if cut:
+            text = text[:min(cut)]
+        text = text[:len(text) - _held_prefix(text, [*stops, TOOL_CALL_OPEN, THINK_CLOSE])]
+        if thinking and THINK_CLOSE not in text:
+            return "", []
+    if not tools:
+        content = split_thinking(text)[1]
+        return (content if final else content.rstrip()), []
+    if not final:
+        last_open = text.rfind(TOOL_CALL_OPEN)
+        if last_open >= 0 and text.find(TOOL_CALL_CLOSE, last_open) < 0:
+            text = text[:last_open]
+    content, calls, _ = parse_tool_calls(text, tools=tools)
+    return content, calls
 
 
 # ------------------------------------------------------------------------------------------

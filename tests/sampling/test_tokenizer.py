@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from harness_jax.harness import tokenizer as T
+from harness_jax.sampling import tokenizer as T
 
 CORPUS = [
     "Hello world!  It's 2026.\n\n\tdef f(x):\n    return x**2  # squares\n",
@@ -47,21 +47,21 @@ def tiktoken_qwen():
     return get_tokenizer("qwen3.5-27b")
 
 
-def test_vocabulary_size_and_special_ids(qwen_tok):
-    assert len(qwen_tok) == 248044 + 33
-    ids = T.special_token_ids(qwen_tok)
+def test_vocabulary_size_and_special_ids(tokenizer):
+    assert len(tokenizer) == 248044 + 33
+    ids = T.special_token_ids(tokenizer)
     assert ids["<|endoftext|>"] == 248044
     assert ids["<|im_start|>"] == 248045 and ids["<|im_end|>"] == 248046
     assert ids["<tool_call>"] == 248058 and ids["<think>"] == 248068
-    assert qwen_tok.eos_token == "<|im_end|>"
+    assert tokenizer.eos_token == "<|im_end|>"
 
 
-def test_ids_equal_tiktoken_on_multilingual_corpus(qwen_tok, tiktoken_qwen):
+def test_ids_equal_tiktoken_on_multilingual_corpus(tokenizer, tiktoken_qwen):
     for text in CORPUS + _random_texts():
-        ours = qwen_tok.encode(text, add_special_tokens=False)
+        ours = tokenizer.encode(text, add_special_tokens=False)
         ref = tiktoken_qwen.encode(text)
         assert ours == ref, f"mismatch on {text[:40]!r}"
-        assert qwen_tok.decode(ours) == tiktoken_qwen.decode(ref)
+        assert tokenizer.decode(ours) == tiktoken_qwen.decode(ref)
 
 
 def test_derived_merges_reproduce_small_vocab():
@@ -71,8 +71,8 @@ def test_derived_merges_reproduce_small_vocab():
     assert merges == [(b"a", b"b"), (b"b", b"c"), (b"a", b"bc"), (b"ab", b"c")]
 
 
-def test_checkpoint_dir_tokenizer_files_win(tmp_path, qwen_tok):
-    qwen_tok.save_pretrained(tmp_path)
+def test_checkpoint_dir_tokenizer_files_win(tmp_path, tokenizer):
+    tokenizer.save_pretrained(tmp_path)
     cfg = tmp_path / "tokenizer_config.json"
     import json
     data = json.loads(cfg.read_text())
@@ -80,9 +80,9 @@ def test_checkpoint_dir_tokenizer_files_win(tmp_path, qwen_tok):
     cfg.write_text(json.dumps(data))
     (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
     tok = T.load_tokenizer(tmp_path)
-    assert tok is not qwen_tok
+    assert tok is not tokenizer
     assert tok.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False) == "CUSTOM:x"
-    assert tok.encode("hello world", add_special_tokens=False) == qwen_tok.encode(
+    assert tok.encode("hello world", add_special_tokens=False) == tokenizer.encode(
         "hello world", add_special_tokens=False)
 
 
