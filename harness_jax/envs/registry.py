@@ -271,3 +271,5 @@ def _ensure_builtins() -> None:
                 "TextWorld tw-make games (coin collector, cooking, custom quests)"),
     ):
         _REGISTRY.setdefault(s.name, s)
+    from harness_jax.envs.swe.registration import SPEC as _SWE  # issue 17: glue lives there
+    _REGISTRY.setdefault(_SWE.name, _SWE)
