@@ -238,7 +238,7 @@ class SWEEnv(BlockingEnv):
 def reference_actions(instance: dict, protocol: str = "function") -> list:
     """A scripted policy that applies the reference patch and submits (tests, benchmarks)."""
     patch = instance["patch"]
-    cmd = "git apply - <<'HJ_PATCH_EOF'\n" + patch + ("" if patch.endswith("\n") else "\n") + \
+    cmd = "cd /testbed && git apply - <<'HJ_PATCH_EOF'\n" + patch + ("" if patch.endswith("\n") else "\n") + \
         "HJ_PATCH_EOF"
     if protocol == "text":
         return [f"```bash\n{cmd}\n```", "```bash\nsubmit\n```"]
