@@ -20,10 +20,12 @@ def test_every_corpus_project_passes_its_tests():
 @pytest.mark.slow
 def test_corpus_projects_are_installable(tmp_path):
     for p in ("textkit", "todo_cli"):
+        src = tmp_path / f"src_{p}"          # a copy: building writes build/ and egg-info
+        repo.write_tree(str(src), repo.project_files(p))
         target = tmp_path / p
         r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                             "--no-build-isolation", "--no-index", "--target", str(target),
-                            os.path.join(repo.corpus_dir(), p)],
+                            str(src)],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         check = subprocess.run([sys.executable, "-c", f"import {p}; print({p}.__file__)"],
