@@ -357,6 +357,20 @@ def apply_site(source: str, site: Site) -> str:
     raise MutationError(f"site {site.key} not found in {site.path}")
 
 
+def all_mutants(path: str, source: str) -> Iterator[tuple[Site, Optional[str]]]:
+    """``(site, mutated source or None if the edit is invalid)`` for every site, parsing the
+    file once (``apply_site`` re-parses per call)."""
+    src, sites = _find(path, source)
+    before = ast.dump(ast.parse(source))
+    for site, fn in sites:
+        try:
+            new = _apply(src, fn())
+            ok = ast.dump(ast.parse(new)) != before
+        except (MutationError, SyntaxError):
+            ok = False
+        yield site, (new if ok else None)
+
+
 def iter_project_sites(files: dict, package_prefixes: Optional[tuple] = None) -> Iterator[Site]:
     """Sites of every non-test Python file of a project (``files``: path -> text)."""
     for path in sorted(files):
