@@ -27,6 +27,15 @@ def base_harness(env_name: str, protocol: str = "function", **overrides) -> Harn
         else:
             spec = HarnessSpec(name="dbbench-H0-function", system_prompt=proto.FUNCTION_INSTRUCTION,
                                rules=ExecutionRules(max_turns=20))
+    elif env_name == "swe":  # OpenHands CodeAct-style H0 (texts in envs/swe/prompts.py)
+        from harness_jax.envs.swe import prompts as swe
+        from harness_jax.harness.specs import ObservationFormat
+
+        text = swe.SYSTEM_PROMPT + ("" if protocol == "function" else "\n\n" + swe.TEXT_PROTOCOL)
+        spec = HarnessSpec(name=f"swe-H0-{protocol}", system_prompt=text,
+                           observation=ObservationFormat(max_chars=swe.H0_OBSERVATION_MAX_CHARS),
+                           rules=ExecutionRules(max_turns=swe.H0_MAX_TURNS, max_tokens_per_turn=4096,
+                                                episode_timeout_s=swe.H0_EPISODE_TIMEOUT_S))
     else:
         spec = HarnessSpec(name=f"{env_name}-H0-{protocol}", rules=ExecutionRules(max_turns=50))
     if overrides:

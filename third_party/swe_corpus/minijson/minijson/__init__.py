@@ -1,0 +1,5 @@
+"""minijson: a JSON parser and serializer written from the grammar."""
+from minijson.decoder import JSONDecodeError, loads
+from minijson.encoder import dumps
+
+__all__ = ["JSONDecodeError", "loads", "dumps"]
