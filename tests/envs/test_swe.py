@@ -349,7 +349,7 @@ def test_cli_grades_a_predictions_file(instances, tmp_path, capsys):
 
 
 def test_registry_h0_preset_and_qwen_tool_call_rendering():
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
     from harness_jax.harness.presets import base_harness
     assert "swe" in registry.names()
     h0 = base_harness("swe", "function")
