@@ -271,3 +271,5 @@ def _ensure_builtins() -> None:
                 "TextWorld tw-make games (coin collector, cooking, custom quests)"),
     ):
         _REGISTRY.setdefault(s.name, s)
+    from harness_jax.envs.appworld.registration import SPEC as _appworld  # family glue
+    _REGISTRY.setdefault(_appworld.name, _appworld)
