@@ -643,14 +643,23 @@ def build_tree(out: str, seed: int, n_scenarios: int, template_names: list, n_pe
         sup_rng = random.Random(sha("supervisors", seed, k))
         chosen = sup_rng.sample([p for p in supervisors
                                  if all(w.has_account(a, p) for a in template.apps)], 3)
+        seen = set()
         for variant in (1, 2, 3):
             task_id = f"{scenario_id}_{variant}"
-            rng = random.Random(sha("task", seed, k, variant))
-            # template setup draws only from the task rng; factories draw from the global one
-            set_random_seed(int(sha("factory", seed, k, variant)[:8], 16), python=True,
-                            faker_=True, model_factory=True)
-            spec = build_task(w, data_dir, base_dir, template, task_id, chosen[variant - 1], rng,
-                              variant)
+            for attempt in range(10):  # a scenario's variants must differ in their instruction
+                rng = random.Random(sha("task", seed, k, variant, attempt))
+                # template setup draws only from the task rng; factories draw from the global one
+                set_random_seed(int(sha("factory", seed, k, variant, attempt)[:8], 16),
+                                python=True, faker_=True, model_factory=True)
+                spec = build_task(w, data_dir, base_dir, template, task_id, chosen[variant - 1],
+                                  rng, variant)
+                if spec["instruction"] not in seen:
+                    break
+                shutil.rmtree(os.path.join(data_dir, "tasks", task_id))
+            else:
+                raise RuntimeError(f"{template.name}: 10 draws gave no instruction different "
+                                   f"from the scenario's other variants")
+            seen.add(spec["instruction"])
             records.append({"task_id": task_id, "scenario_id": scenario_id,
                             "template": template.name, "variant": variant,
                             "difficulty": template.difficulty, "apps": list(template.apps),

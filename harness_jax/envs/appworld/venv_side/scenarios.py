@@ -956,7 +956,8 @@ def spotify_longest_song(c):
         ids = sorted({x.id for x in s.Song.all()}, key=lambda i: s.Song.by_id(i).duration)
         pick = c.rng.sample(ids[1:-1], k=4) + [ids[0], ids[-1]]
         playlist = B.add_playlist(c.w, c.user("spotify"),
-                                  [n for n in NEW_PLAYLIST_NAMES if n not in taken][0], pick)
+                                  c.rng.choice([n for n in NEW_PLAYLIST_NAMES if n not in taken]),
+                                  pick)
     songs = [s.Song.by_id(i) for i in _playlist_song_ids(c, playlist)]
     longest = max(songs, key=lambda x: x.duration)
     cell = ("durations = {{}}\nfor sid in playlist['song_ids']:\n"
@@ -1104,7 +1105,7 @@ def spotify_remove_low_rated(c):
     s = c.M["spotify"]
     threshold = c.rng.choice([2.5, 3.0, 3.5])
     taken = {p.title for p in _my_playlists(c)}
-    title = [n for n in NEW_PLAYLIST_NAMES if n not in taken][0]
+    title = c.rng.choice([n for n in NEW_PLAYLIST_NAMES if n not in taken])
     low = [x.id for x in s.Song.all() if x.rating < threshold - 0.05]
     high = [x.id for x in s.Song.all() if x.rating > threshold + 0.05]
     pick = c.rng.sample(low, k=2) + c.rng.sample(high, k=3)
