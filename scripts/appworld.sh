@@ -67,8 +67,8 @@ cmd_install() {
   echo "appworld.sh: installed appworld $VERSION in $((SECONDS - t0)) s" >&2
 }
 
-health() {  # prints the service's /health JSON; fails if it does not answer
-  "$VENV/bin/python" - "$SOCK" <<'EOF'
+call() {  # call METHOD PATH: one request to the service; prints the JSON, fails unless 200 + ok
+  "$VENV/bin/python" - "$SOCK" "$1" "$2" <<'EOF'
 import http.client, socket, sys
 class C(http.client.HTTPConnection):
     def connect(self):
@@ -76,14 +76,17 @@ class C(http.client.HTTPConnection):
         self.sock.settimeout(5)
         self.sock.connect(sys.argv[1])
 c = C("localhost", timeout=5)
-c.request("GET", "/health")
+body = b"{}" if sys.argv[2] == "POST" else None
+c.request(sys.argv[2], sys.argv[3], body=body, headers={"Content-Type": "application/json"})
 r = c.getresponse()
-body = r.read().decode()
-if r.status != 200 or '"ok": true' not in body:
+out = r.read().decode()
+if r.status != 200 or ('"ok": true' not in out and '"stopping": true' not in out):
     sys.exit(1)
-print(body)
+print(out)
 EOF
 }
+
+health() { call GET /health; }
 
 is_up() {
   [ -S "$SOCK" ] && [ -x "$VENV/bin/python" ] && health >/dev/null 2>&1
@@ -111,19 +114,7 @@ cmd_start() {
 }
 
 cmd_stop() {
-  if is_up; then
-    "$VENV/bin/python" - "$SOCK" <<'EOF' || true
-import http.client, socket, sys
-class C(http.client.HTTPConnection):
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(5)
-        self.sock.connect(sys.argv[1])
-c = C("localhost", timeout=5)
-c.request("POST", "/shutdown", body=b"{}", headers={"Content-Type": "application/json"})
-c.getresponse().read()
-EOF
-  fi
+  if is_up; then call POST /shutdown >/dev/null || true; fi
   local i pid
   pid="$(cat "$STATE/service.pid" 2>/dev/null || true)"
   for i in $(seq 1 60); do

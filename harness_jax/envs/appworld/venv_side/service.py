@@ -521,6 +521,28 @@ class Manager:
         return {"error": ep.error or f"episode is {ep.state}", "state": ep.state,
                 "infra_error": ep.state == "infra_error", "killed": ep.state == "killed"}
 
+    def _call(self, ep: Episode, what: str, body: dict, timeout: float) -> dict:
+        """One call to the episode's worker; a non-200 answer is an exception."""
+        status, out = uds_request(ep.worker.uds, "POST", f"/{what}",
+                                  dict(body, task_id=ep.task_id), timeout=timeout)
+        if status != 200:
+            raise RuntimeError(f"{what} answered HTTP {status}: {out}")
+        return out
+
+    def _infra_failure(self, ep: Episode, what: str, e: Exception) -> dict:
+        """The worker died or AppWorld failed internally: the episode is an infrastructure
+        failure and the worker is replaced."""
+        w = ep.worker
+        alive = w.pid is not None and pid_alive(w.pid)
+        ep.state = "infra_error"
+        ep.error = f"AppWorld worker {'failed' if alive else 'died'} during {what}: {e!r}"
+        with self.cv:
+            self.counters["infra_errors"] += 1
+            if not alive:
+                self.counters["workers_died"] += 1
+            self._retire(w, f"{what} failed")
+        return {"infra_error": True, "error": ep.error}
+
     def execute(self, eid: str, body: dict) -> dict:
         code = body.get("code")
         if not isinstance(code, str):
@@ -530,44 +552,26 @@ class Manager:
             ep.last_used = now()
             if ep.state != "open":
                 return self._dead_episode(ep)
-            w = ep.worker
-            deadline = ep.opts["timeout_seconds"] + ep.opts["kill_grace_s"]
             t0 = now()
             try:
-                status, out = uds_request(w.uds, "POST", "/execute",
-                                          {"task_id": ep.task_id, "code": code}, timeout=deadline)
-                if status != 200:
-                    raise RuntimeError(f"execute answered HTTP {status}: {out}")
-                output = out["output"]
-                status, done = uds_request(w.uds, "POST", "/task_completed",
-                                           {"task_id": ep.task_id}, timeout=60)
-                if status != 200:
-                    raise RuntimeError(f"task_completed answered HTTP {status}: {done}")
+                output = self._call(ep, "execute", {"code": code}, timeout=ep.opts[
+                    "timeout_seconds"] + ep.opts["kill_grace_s"])["output"]
+                done = self._call(ep, "task_completed", {}, timeout=60)["output"]
             except socket.timeout:
                 ep.state = "killed"
                 ep.error = (f"the cell ran past {ep.opts['timeout_seconds']} s + "
                             f"{ep.opts['kill_grace_s']:.0f} s grace and its worker was killed")
                 with self.cv:
                     self.counters["cells_killed"] += 1
-                    self._retire(w, "runaway cell")
+                    self._retire(ep.worker, "runaway cell")
                 return {"killed": True, "elapsed_s": now() - t0,
                         "output": "Execution failed. Traceback:\nExecution timed out after "
                                   f"{ep.opts['timeout_seconds']} seconds."}
             except Exception as e:  # noqa: BLE001 - worker died or AppWorld failed internally
-                alive = w.pid is not None and pid_alive(w.pid)
-                ep.state = "infra_error"
-                ep.error = (f"AppWorld worker {'failed' if alive else 'died'} during execute: "
-                            f"{e!r}")
-                with self.cv:
-                    self.counters["infra_errors"] += 1
-                    if not alive:
-                        self.counters["workers_died"] += 1
-                    self._retire(w, "execute failed")
-                return {"infra_error": True, "error": ep.error}
+                return self._infra_failure(ep, "execute", e)
             ep.cells += 1
             ep.last_used = now()
-            return {"output": output, "task_completed": bool(done.get("output")),
-                    "elapsed_s": now() - t0}
+            return {"output": output, "task_completed": bool(done), "elapsed_s": now() - t0}
 
     def evaluate(self, eid: str) -> dict:
         ep = self._episode(eid)
@@ -575,21 +579,10 @@ class Manager:
             ep.last_used = now()
             if ep.state != "open":
                 return self._dead_episode(ep)
-            w = ep.worker
             try:
-                status, out = uds_request(w.uds, "POST", "/evaluate",
-                                          {"task_id": ep.task_id, "suppress_errors": True},
-                                          timeout=300)
-                if status != 200:
-                    raise RuntimeError(f"evaluate answered HTTP {status}: {out}")
+                out = self._call(ep, "evaluate", {"suppress_errors": True}, timeout=300)
             except Exception as e:  # noqa: BLE001
-                alive = w.pid is not None and pid_alive(w.pid)
-                ep.state = "infra_error"
-                ep.error = f"AppWorld evaluation failed: {e!r}"
-                with self.cv:
-                    self.counters["infra_errors"] += 1
-                    self._retire(w, "evaluate failed")
-                return {"infra_error": True, "error": ep.error, "worker_alive": alive}
+                return self._infra_failure(ep, "evaluate", e)
             return {"tracker": out["output"]}
 
     def close_episode(self, eid: str) -> dict:
