@@ -149,15 +149,19 @@ def test_missing_installation_or_service_gives_one_clear_error(tmp_path, monkeyp
 
 
 def test_tgc_sgc_and_pass_at_k_over_scenarios():
-    from harness_jax.eval import metrics
     tasks = [Task("appworld", {"task_id": f"{s}_{k}", "data_dir": "/d", "scenario_id": s})
              for s in ("aaaaaaa", "bbbbbbb") for k in (1, 2, 3)]
     ok = [True, True, True, True, False, True]
     m = appworld.tgc_sgc(zip(tasks, ok))
-    assert m == {"tgc": pytest.approx(500 / 6), "sgc": 50.0, "tasks": 6, "scenarios": 2}
-    # k samples per task: Pass@k and Avg@k from the same per-task counts
-    assert metrics.pass_at_k(4, 1, 2) == pytest.approx(0.5)
-    assert metrics.avg_at_k([True, False, False, False]) == pytest.approx(0.25)
+    assert (m["tgc"], m["sgc"], m["tasks"], m["scenarios"], m["runs"]) == \
+        (pytest.approx(500 / 6), 50.0, 6, 2, 1)
+    # three samples per task: TGC/SGC averaged over runs, Pass@k / Avg@k over samples
+    runs = [ok, [True] * 6, [False] * 6]
+    m3 = appworld.tgc_sgc([(t, r[i]) for r in runs for i, t in enumerate(tasks)])
+    assert m3["runs"] == 3 and m3["tgc"] == pytest.approx((500 / 6 + 100 + 0) / 3)
+    assert m3["sgc"] == pytest.approx((50 + 100 + 0) / 3)
+    assert m3["pass_at"][3] == 1.0 and m3["avg_at"][3] == pytest.approx((5 + 6) / 18)
+    assert m3["pass_at"][1] == pytest.approx(11 / 18)   # unbiased: c/n per task
     assert awdata.scenario_map(tasks)[tasks[0].task_id] == "aaaaaaa"
-    assert os.path.isfile(os.path.join(awdata.__file__.rsplit("/", 1)[0], "venv_side",
-                                       "service.py"))
+    with pytest.raises(ValueError, match="no results"):
+        appworld.tgc_sgc([])

@@ -40,17 +40,29 @@ def load_split(split: str, n: int = 30, seed: int = 0, data_dir=None, **kw) -> l
     return generate_tasks(n=n, seed=registry.split_seed(split, seed), split=split, **kw)
 
 
-def tgc_sgc(results) -> dict:
-    """AppWorld's TGC/SGC (percent, as ``appworld evaluate`` reports them) from
-    ``[(task, success), ...]``; a scenario counts only if all its tasks succeed."""
+def tgc_sgc(results, ks=(1, 3)) -> dict:
+    """AppWorld's metrics from ``[(task, success), ...]`` (a task may appear k times, one per
+    sample): TGC and SGC in percent as ``appworld evaluate`` reports them (a scenario counts only
+    if all its tasks succeed), averaged over the k runs (run r = every task's r-th sample), and
+    Pass@k / Avg@k over the samples of each task."""
     from harness_jax.eval import metrics
-    pairs = list(results)
-    succ = {t.data["task_id"]: bool(ok) for t, ok in pairs}
-    scen = {t.data["task_id"]: t.data.get("scenario_id") or scenario_of(t.data["task_id"])
-            for t, _ in pairs}
-    m = metrics.tgc_sgc(succ, scen)
-    return {"tgc": 100.0 * m["tgc"], "sgc": 100.0 * m["sgc"], "tasks": len(succ),
-            "scenarios": len(set(scen.values()))}
+    by_task: dict = {}
+    scen: dict = {}
+    for t, ok in results:
+        tid = t.data["task_id"]
+        by_task.setdefault(tid, []).append(bool(ok))
+        scen[tid] = t.data.get("scenario_id") or scenario_of(tid)
+    if not by_task:
+        raise ValueError("tgc_sgc: no results")
+    runs = min(len(v) for v in by_task.values())
+    per_run = [metrics.tgc_sgc({tid: v[r] for tid, v in by_task.items()}, scen)
+               for r in range(runs)]
+    summary = metrics.summarize([{"task_id": tid, "success": ok} for tid, v in by_task.items()
+                                 for ok in v], ks)
+    return {"tgc": 100.0 * sum(m["tgc"] for m in per_run) / runs,
+            "sgc": 100.0 * sum(m["sgc"] for m in per_run) / runs,
+            "tasks": len(by_task), "scenarios": len(set(scen.values())), "runs": runs,
+            "pass_at": summary.pass_at, "avg_at": summary.avg_at}
 
 
 __all__ = [
