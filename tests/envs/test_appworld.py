@@ -2,7 +2,6 @@
 preset, the registry glue and the seal, real-bundle loading, metrics, and the clear errors when
 the installation, the service or the data is missing. (Runtime tests: test_appworld_runtime.py.)"""
 import json
-import os
 
 import pytest
 

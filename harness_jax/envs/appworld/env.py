@@ -167,6 +167,9 @@ class AppWorldEnv(BlockingEnv):
             raise RuntimeError("step() before reset(task): start an episode first")
         if self.done:
             raise RuntimeError("the episode is over; call reset(task) for a new one")
+        if self.episode_id is None:
+            raise RuntimeError("step(): no open episode (reset failed or the env was closed); "
+                               "call reset(task)")
         self.interactions += 1
         info: dict = {"interaction": self.interactions}
         code = self._code_of(action, info)

@@ -129,7 +129,7 @@ def zygote_main() -> None:
     from appworld.apps import get_all_apps
     from appworld.common.utils import import_apis_module, import_models_module
     import appworld.serve.environment  # noqa: F401  (AppWorld's environment server app)
-    import uvicorn  # noqa: F401
+    import uvicorn  # noqa: F401  (preloaded for the forked workers)
     for app_name in get_all_apps():
         import_models_module(app_name)
         import_apis_module(app_name)
