@@ -36,7 +36,10 @@ setup(
     version="0.1.0",
     description="Training LLM agents with their harnesses (Harness-S, Harness-R1) in JAX",
     packages=find_packages(include=["harness_jax", "harness_jax.*"]),
-    package_data={"harness_jax": ["**/*.json", "**/*.yaml", "**/*.sql", "**/*.sh", "**/*.txt"]},
+    # envs/appworld/venv_side/*.py run inside AppWorld's own venv (not a package: never imported
+    # here), so they ship as data.
+    package_data={"harness_jax": ["**/*.json", "**/*.yaml", "**/*.sql", "**/*.sh", "**/*.txt",
+                                  "envs/appworld/venv_side/*.py"]},
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,

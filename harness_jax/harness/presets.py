@@ -36,6 +36,21 @@ def base_harness(env_name: str, protocol: str = "function", **overrides) -> Harn
                            observation=ObservationFormat(max_chars=swe.H0_OBSERVATION_MAX_CHARS),
                            rules=ExecutionRules(max_turns=swe.H0_MAX_TURNS, max_tokens_per_turn=4096,
                                                 episode_timeout_s=swe.H0_EPISODE_TIMEOUT_S))
+    elif env_name == "appworld":
+        from harness_jax.envs.appworld import protocol as aw
+
+        # AppWorld's ReAct agent: instructions + worked example + the supervisor and task in one
+        # user turn (text: ```python blocks); function calling: the same as the system prompt
+        # with the execute_python tool. Literal braces in the code examples are escaped for
+        # the task template's str.format.
+        if protocol == "text":
+            spec = HarnessSpec(name="appworld-H0-text", task_template=aw.REACT_INSTRUCTION.replace(
+                "{", "{{").replace("}", "}}") + "\n\nUsing these APIs, write the code for the "
+                "first step of this task:\n\n{observation}",
+                rules=ExecutionRules(max_turns=50, on_unparsable="pass_raw"))
+        else:
+            spec = HarnessSpec(name="appworld-H0-function", system_prompt=aw.FUNCTION_INSTRUCTION,
+                               rules=ExecutionRules(max_turns=50))
     else:
         spec = HarnessSpec(name=f"{env_name}-H0-{protocol}", rules=ExecutionRules(max_turns=50))
     if overrides:

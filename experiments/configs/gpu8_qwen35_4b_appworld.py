@@ -1,0 +1,44 @@
+"""gpu8_qwen35_4b_appworld: Qwen3.5-4B agent GRPO on AppWorld, one node with 8x H100-80GB.
+
+The DBBench GPU preset (``gpu8_qwen35_4b_dbbench``: learner on GPUs 0-3, four SGLang servers on
+GPUs 4-7, same model, mesh and memory arithmetic) with the environment swapped for AppWorld on
+its real runtime: generated tasks (``harness_jax.envs.appworld.generate_tasks``; or a real data
+bundle with ``--config.env.split_kwargs.data_dir=/path/to/data``), the function protocol
+(``execute_python`` code cells), AppWorld's ReAct-style H0, 40 cells per episode. Rollout
+concurrency is bounded by the AppWorld service's workers (one process per live episode).
+
+Commands::
+
+    HARNESS_JAX_APPWORLD_WORKERS=64 bash scripts/appworld.sh start
+    # the four SGLang servers exactly as in gpu8_qwen35_4b_dbbench, then:
+    CUDA_VISIBLE_DEVICES=0,1,2,3 python launch/train.py \
+        --config=experiments/configs/gpu8_qwen35_4b_appworld.py --workdir=$WORKDIR \
+        --config.model.hf_path=$QWEN35_4B
+
+Expected result: not run by this project (no GPU here); the config validates (the train step is
+the DBBench preset's, which lowers for the 4-device fsdp mesh on CPU fake devices). The target
+is the Harness-S GRPO baseline on AppWorld (TGC on the selection split rises from the base
+model's).
+
+Memory arithmetic: as ``gpu8_qwen35_4b_dbbench`` (~22 GB of 80 GB per learner GPU at
+pack_len 8192); AppWorld episodes are longer (the ReAct instruction is ~1.3k tokens and API
+outputs are long), so rows are packed at 16384 with micro-batches of one row (activations
+~2.6 GB for block inputs + ~6 GB for one block's internals): ~31 GB per learner GPU.
+"""
+from experiments.configs import gpu8_qwen35_4b_dbbench
+
+
+def get_config():
+    c = gpu8_qwen35_4b_dbbench.get_config()
+    c.name = "gpu8_qwen35_4b_appworld"
+    c.env.name = "appworld"               # harness_jax.envs.appworld on AppWorld's own runtime
+    c.env.kwargs = dict(protocol="function", max_interactions=40, timeout_seconds=30)  # code cells as tool calls; AppWorld's budget and per-cell limit
+    c.env.split_kwargs = dict(n=1200, seed=0)  # generated tasks per split (400 scenarios x 3 variants; built once, cached)
+    c.env.max_turns = 40                  # one cell per turn
+    c.rollout.max_new_tokens = 1024       # reasoning + one code cell per turn
+    c.rollout.max_len = 32768             # the ReAct prompt + 40 cells with their outputs
+    c.rollout.concurrency = 64            # = HARNESS_JAX_APPWORLD_WORKERS: one worker per live episode
+    c.rl.pack_len = 16384                 # long episodes
+    c.rl.micro_batches = 16               # one row per micro-batch at 16k tokens
+    c.eval.num_tasks = 150                # selection tasks (50 scenarios: TGC and SGC)
+    return c
