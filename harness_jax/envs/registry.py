@@ -271,3 +271,5 @@ def _ensure_builtins() -> None:
                 "TextWorld tw-make games (coin collector, cooking, custom quests)"),
     ):
         _REGISTRY.setdefault(s.name, s)
+    from harness_jax.envs.webshop.family import SPEC as _WEBSHOP  # families register themselves
+    _REGISTRY.setdefault(_WEBSHOP.name, _WEBSHOP)
