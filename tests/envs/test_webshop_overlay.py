@@ -14,6 +14,7 @@ import pytest
 
 from harness_jax.envs import webshop
 from harness_jax.envs.webshop import agents
+from harness_jax.envs.webshop import protocol as wsp
 from harness_jax.harness.executor import run_episode
 from harness_jax.harness.overlay import Overlay
 from harness_jax.harness.presets import base_harness
@@ -77,16 +78,8 @@ def _malformed(action: str, k: int) -> str:
 def episode():
     """A generated goal and the oracle's actions for it, plus a garbled copy of them."""
     task = webshop.generate_tasks(1, split="train", seed=11, n_products=1000)[0]
-    world = webshop.get_world(task.data["world"])
-    env = webshop.WebShopEnv(protocol="text")
-    ag = agents.OracleAgent(world, task.data["goal"])
-    env.reset(task)
-    actions = []
-    while True:
-        actions.append(ag.act(env.available_actions))
-        if env.step(agents.as_reply(actions[-1], "text")).done:
-            break
-    assert env.evaluate()["success"]
+    replies = agents.oracle_replies(task, "text")
+    actions = [wsp.parse_text_action(r) for r in replies]
     garbled = [_malformed(a, k) for k, a in enumerate(actions)]
     assert sum(g != a for g, a in zip(garbled, actions)) >= 3
     return task, actions, garbled

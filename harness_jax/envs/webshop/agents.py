@@ -108,3 +108,18 @@ def run_policy(env, task, policy, protocol: Optional[str] = None) -> dict:
     while res is None or not res.done:
         res = env.step(as_reply(policy.act(env.available_actions), protocol))
     return env.evaluate()
+
+
+def oracle_replies(task, protocol: str = "text", world=None) -> list:
+    """The oracle's replies for ``task`` in ``protocol`` (text replies or ``ToolCall``s), as
+    demonstrations (cf. ``dbbench.oracle_reply``); played once on a private env to follow the
+    pages."""
+    from harness_jax.envs.webshop.env import WebShopEnv
+    env = WebShopEnv(protocol=protocol, world=world)
+    env.reset(task)
+    policy = OracleAgent(env.world, task.data["goal"])
+    replies = []
+    while True:
+        replies.append(as_reply(policy.act(env.available_actions), protocol))
+        if env.step(replies[-1]).done:
+            return replies

@@ -148,75 +148,25 @@ class GeneratedCatalog:
             raise IndexError(f"product index {i} out of range [0, {self.n})")
         rng = self._rng(i)
         t = vocab.TYPES[rng.next() % len(vocab.TYPES)]
-        brand = "".join(rng.choice(vocab.SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
-        brand = brand.capitalize()
-        words: list = [brand]
-        nouns: list = [brand.lower()]
-        audience = None
-        if t.audience and rng.random() < 0.8:
-            audience = rng.choice(t.audience)
-            words.append(audience[0])
-            nouns += audience[1]
-        if rng.random() < 0.6:
-            words.append(rng.choice(vocab.ADJECTIVES[t.category]))
-        material = rng.choice(t.materials)
-        if rng.random() < 0.6:
-            words.append(material[0])
-            nouns += material[1]
-        head = rng.choice(t.heads)
-        words.append(head[0])
-        nouns += head[1]
-        if t.model_codes and rng.random() < 0.7:
-            code = rng.choice("ABCDEFGHKMPRSTVXZ") + rng.choice("ABCDEFGHKMPRSTVXZ") + str(
-                rng.randint(100, 9999))
-            words.append(code)
-            nouns.append(code.lower())
-        if t.extras and rng.random() < 0.3:
-            extra = rng.choice(t.extras)
-            words.append(extra[0])
-            nouns += extra[1]
-        attributes = rng.sample(t.attributes, rng.randint(4, min(6, len(t.attributes))))
-        title = " ".join(words)
-        if rng.random() < 0.5:
-            title += ", " + attributes[0].title()
+        title, nouns, parts = _title(rng, t)
         options: dict = {}
         for name, values, (lo, hi) in t.options:
             k = rng.randint(lo, min(hi, len(values)))
             if k > 0:
                 chosen = set(rng.sample(values, k))
                 options[name] = [v for v in values if v in chosen]
-        lo, hi = t.price
-        p = round(rng.uniform(lo, hi), 2)
-        if rng.random() < 0.15:
-            pricing = [p, round(p * rng.uniform(1.1, 1.6), 2)]
-            price_tag = f"${pricing[0]} to ${pricing[1]}"
-        else:
-            pricing = [p]
-            price_tag = f"${p}"
-        head_text = head[0].lower()
-        desc = [f"The {brand} {head_text} ({material[0].lower()}) is built for {t.uses}.",
-                f"It features {attributes[1]} and {attributes[2]}."]
-        desc += [s.format(brand=brand, head=head_text, uses=t.uses)
-                 for s in rng.sample(vocab.DESCRIPTION_SENTENCES, rng.randint(1, 3))]
-        bullets = [f"{a.upper()}: {rng.choice(_BULLET_TAILS).format(uses=t.uses)}"
-                   for a in attributes[:rng.randint(2, 4)]]
-        bullets.append(f"MATERIAL: {material[0].lower()}")
-        k_ins = rng.choice((1, 2, 2, 3, 3))
-        ins_attrs = rng.sample(attributes, min(k_ins, len(attributes)))
-        target = (audience[2] + " " if audience and audience[2] else "") + head_text
-        template = rng.choice(_INSTRUCTIONS)
-        plural = head_text.endswith("s") and not head_text.endswith("ss")
-        instruction = template.format(a=_join_attrs(ins_attrs), t=target,
-                                      be="are" if plural else "is")
+        pricing, price_tag = _pricing(rng, t)
+        desc, bullets = _texts(rng, t, parts)
+        ins_attrs, instruction = _instruction(rng, parts)
         return {
             "asin": self.asin(i), "category": t.category, "query": t.query,
             "product_category": t.path, "name": title, "Title": title,
-            "full_description": " ".join(desc), "Description": " ".join(desc),
+            "full_description": desc, "Description": desc,
             "small_description": bullets, "BulletPoints": bullets,
             "pricing": pricing, "Price": price_tag, "options": options, "option_to_image": {},
-            "Attributes": attributes, "Reviews": [], "Rating": "N.A.", "MainImage": None,
-            "instruction_text": instruction, "instruction_attributes": ins_attrs,
-            "name_nouns": nouns,
+            "Attributes": parts["attributes"], "Reviews": [], "Rating": "N.A.",
+            "MainImage": None, "instruction_text": instruction,
+            "instruction_attributes": ins_attrs, "name_nouns": nouns,
         }
 
     def price(self, i: int) -> float:
@@ -233,6 +183,81 @@ class GeneratedCatalog:
     def documents(self) -> Iterator[str]:
         for i in range(self.n):
             yield self.document(i)
+
+
+# -- the parts of one product (draw order matters: it defines the catalog) -----------------------
+def _title(rng: "_Rng", t: vocab.ProductType) -> tuple:
+    """``(title, its nouns, parts)``: brand, [audience], [adjective], [material], head,
+    [model code], [extra], [", " first attribute]; ``parts`` holds what later texts reuse."""
+    brand = "".join(rng.choice(vocab.SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+    brand = brand.capitalize()
+    words: list = [brand]
+    nouns: list = [brand.lower()]
+    audience = None
+    if t.audience and rng.random() < 0.8:
+        audience = rng.choice(t.audience)
+        words.append(audience[0])
+        nouns += audience[1]
+    if rng.random() < 0.6:
+        words.append(rng.choice(vocab.ADJECTIVES[t.category]))
+    material = rng.choice(t.materials)
+    if rng.random() < 0.6:
+        words.append(material[0])
+        nouns += material[1]
+    head = rng.choice(t.heads)
+    words.append(head[0])
+    nouns += head[1]
+    if t.model_codes and rng.random() < 0.7:
+        code = rng.choice("ABCDEFGHKMPRSTVXZ") + rng.choice("ABCDEFGHKMPRSTVXZ") + str(
+            rng.randint(100, 9999))
+        words.append(code)
+        nouns.append(code.lower())
+    if t.extras and rng.random() < 0.3:
+        extra = rng.choice(t.extras)
+        words.append(extra[0])
+        nouns += extra[1]
+    attributes = rng.sample(t.attributes, rng.randint(4, min(6, len(t.attributes))))
+    title = " ".join(words)
+    if rng.random() < 0.5:
+        title += ", " + attributes[0].title()
+    parts = {"brand": brand, "audience": audience, "material": material[0].lower(),
+             "head": head[0].lower(), "attributes": attributes, "uses": t.uses}
+    return title, nouns, parts
+
+
+def _pricing(rng: "_Rng", t: vocab.ProductType) -> tuple:
+    """``(pricing, price tag)``: one price, or (15%) a range, formatted as WebShop does."""
+    lo, hi = t.price
+    p = round(rng.uniform(lo, hi), 2)
+    if rng.random() < 0.15:
+        pricing = [p, round(p * rng.uniform(1.1, 1.6), 2)]
+        return pricing, f"${pricing[0]} to ${pricing[1]}"
+    return [p], f"${p}"
+
+
+def _texts(rng: "_Rng", t: vocab.ProductType, parts: dict) -> tuple:
+    """``(description, bullet points)``, mentioning some of the product's attributes."""
+    brand, head, attrs = parts["brand"], parts["head"], parts["attributes"]
+    desc = [f"The {brand} {head} ({parts['material']}) is built for {t.uses}.",
+            f"It features {attrs[1]} and {attrs[2]}."]
+    desc += [s.format(brand=brand, head=head, uses=t.uses)
+             for s in rng.sample(vocab.DESCRIPTION_SENTENCES, rng.randint(1, 3))]
+    bullets = [f"{a.upper()}: {rng.choice(_BULLET_TAILS).format(uses=t.uses)}"
+               for a in attrs[:rng.randint(2, 4)]]
+    bullets.append(f"MATERIAL: {parts['material']}")
+    return " ".join(desc), bullets
+
+
+def _instruction(rng: "_Rng", parts: dict) -> tuple:
+    """``(instruction attributes, instruction)``: items_ins_v2's per-product instruction."""
+    attrs = parts["attributes"]
+    ins_attrs = rng.sample(attrs, min(rng.choice((1, 2, 2, 3, 3)), len(attrs)))
+    audience = parts["audience"]
+    target = (audience[2] + " " if audience and audience[2] else "") + parts["head"]
+    template = rng.choice(_INSTRUCTIONS)
+    plural = parts["head"].endswith("s") and not parts["head"].endswith("ss")
+    return ins_attrs, template.format(a=_join_attrs(ins_attrs), t=target,
+                                      be="are" if plural else "is")
 
 
 def search_document(product: dict) -> str:
