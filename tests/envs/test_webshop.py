@@ -204,7 +204,8 @@ def test_function_protocol(tasks, world):
     first = env.reset(tasks[3])
     assert first.startswith("The initial observation:\nWebShop [SEP] Instruction:")
     r = env.step("let me think")                                    # no tool call
-    assert r.observation.startswith(protocol.NO_TOOL_CALL) and not r.done
+    assert r.observation.startswith("Observation:\n" + protocol.NO_TOOL_CALL + "\n\nAvailable")
+    assert not r.done
     r = env.step(ToolCall("open_page", {"url": "x"}))
     assert "could not be used" in r.observation
     r = env.step(ToolCall("search_action", {"query": "ground coffee"}))   # first value is used

@@ -176,7 +176,11 @@ class WebShopEnv(BlockingEnv):
             self.invalid_actions += 1
             if self.strict_format and self.protocol == "text":
                 return self._finish("invalid_format", info["invalid_action"], 0.0, info)
-            msg = self._message(note=info["invalid_action"])
+            if self.protocol == "function":   # AgentBench FC: the message replaces the page
+                msg = proto.observation_message(info["invalid_action"], self.available_actions,
+                                                "text")
+            else:
+                msg = self._message(note=info["invalid_action"])
             if self.rounds >= self.max_rounds:
                 return self._finish("limit_reached", msg, 0.0, info)
             return StepResult(observation=msg, reward=0.0, done=False, info=info)

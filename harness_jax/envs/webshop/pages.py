@@ -78,7 +78,6 @@ class Session:
     clickables: dict = dataclasses.field(default_factory=dict)
     reward: Optional[float] = None
     reward_info: Optional[dict] = None
-    visited: set = dataclasses.field(default_factory=set)     # ASINs opened
 
     @property
     def observation(self) -> str:
@@ -221,7 +220,6 @@ class Site:
                 if idx is None:
                     raise KeyError(f"clicked product {name!r} is not in the catalog")
                 s.product = idx
-                s.visited.add(name.upper())
             elif target.kind == "option":
                 s.options[target.option_name.lower()] = name
             s.page = ITEM

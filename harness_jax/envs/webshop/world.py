@@ -42,16 +42,15 @@ def check_spec(spec: dict, where: str = "world") -> dict:
         return {"kind": kind, "n_products": n, "seed": seed}
     if kind == "files":
         out = {"kind": kind}
-        for key, required in (("products", True), ("attributes", True),
-                              ("human_instructions", False)):
+        for key, file, required in (("products", "items_shuffle*.json", True),
+                                    ("attributes", "items_ins_v2*.json", True),
+                                    ("human_instructions", "items_human_ins.json", False)):
             v = spec.get(key)
             if v is None and not required:
                 out[key] = None
                 continue
             if not isinstance(v, str) or not v:
-                raise ValueError(f"{where}.{key}: give the path of WebShop's "
-                                 f"{'items_shuffle' if key == 'products' else 'items_ins_v2' if key == 'attributes' else 'items_human_ins'}"
-                                 " JSON file")
+                raise ValueError(f"{where}.{key}: give the path of WebShop's {file}")
             out[key] = os.path.abspath(v)
         n = spec.get("num_products")
         if n is not None and (not isinstance(n, int) or n < 1):
