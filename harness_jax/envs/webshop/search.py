@@ -133,15 +133,13 @@ class SearchIndex:
         if n_pos == 0:
             return []
         k = min(k, n_pos)
-        if k < len(scores):
-            # everything scoring at least the k-th best score, then (-score, doc id) order
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            cand = np.flatnonzero(scores >= kth)
-        else:
-            cand = np.arange(len(scores))
-        cand = cand[scores[cand] > 0]
-        order = np.lexsort((cand, -scores[cand]))
-        return [int(d) for d in cand[order[:k]]]
+        # the k-th best score; everything above it sorted by (-score, doc id), then as many
+        # documents tied at it as fit, lowest doc ids first (Lucene's order)
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        above = np.flatnonzero(scores > kth)
+        above = above[np.lexsort((above, -scores[above]))]
+        tied = np.flatnonzero(scores == kth)[:k - len(above)]
+        return [int(d) for d in above] + [int(d) for d in tied]
 
     @property
     def nbytes(self) -> int:
