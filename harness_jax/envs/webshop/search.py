@@ -129,16 +129,17 @@ class SearchIndex:
         if not ids or k <= 0:
             return []
         scores = self.retriever.get_scores_from_ids(ids)
-        n_pos = int(np.count_nonzero(scores > 0))
-        if n_pos == 0:
+        pos = np.flatnonzero(scores > 0)          # documents sharing a term with the query
+        if len(pos) == 0:
             return []
-        k = min(k, n_pos)
+        vals = scores[pos]
+        k = min(k, len(pos))
         # the k-th best score; everything above it sorted by (-score, doc id), then as many
         # documents tied at it as fit, lowest doc ids first (Lucene's order)
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-        above = np.flatnonzero(scores > kth)
+        kth = np.partition(vals, len(vals) - k)[len(vals) - k]
+        above = pos[vals > kth]
         above = above[np.lexsort((above, -scores[above]))]
-        tied = np.flatnonzero(scores == kth)[:k - len(above)]
+        tied = pos[vals == kth][:k - len(above)]
         return [int(d) for d in above] + [int(d) for d in tied]
 
     @property
