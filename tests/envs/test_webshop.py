@@ -95,10 +95,14 @@ def test_bm25_search(world):
     scores = idx.retriever.get_scores_from_ids(idx.query_ids(p["query"]))
     ref = sorted((d for d in range(N_PRODUCTS) if scores[d] > 0), key=lambda d: (-scores[d], d))
     assert res == ref[:500]                          # best first, ties by catalog order
-    for q in ("black", "pack of 2", "bluetooth speaker"):   # many tied scores at the cut
+    matching = []
+    for q in ("black", "pack of 2", "bluetooth speaker",      # many tied scores at the cut
+              "color size black white small large pack"):     # most documents match
         sc = idx.retriever.get_scores_from_ids(idx.query_ids(q))
         ref = sorted((d for d in range(N_PRODUCTS) if sc[d] > 0), key=lambda d: (-sc[d], d))
         assert idx.search(q) == ref[:50], q
+        matching.append(len(ref))
+    assert min(matching) < N_PRODUCTS / 4 <= max(matching)     # both selection paths ran
 
 
 def test_index_save_and_mmap_load(tmp_path, world):

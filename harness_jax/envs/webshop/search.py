@@ -128,19 +128,26 @@ class SearchIndex:
         ids = self.query_ids(text)
         if not ids or k <= 0:
             return []
-        scores = self.retriever.get_scores_from_ids(ids)
-        pos = np.flatnonzero(scores > 0)          # documents sharing a term with the query
-        if len(pos) == 0:
+        scores = self.retriever.get_scores_from_ids(ids)    # >= 0 (Lucene's idf > 0)
+        n_pos = int(np.count_nonzero(scores))     # documents sharing a term with the query
+        if n_pos == 0:
             return []
-        vals = scores[pos]
-        k = min(k, len(pos))
+        k = min(k, n_pos)
         # the k-th best score; everything above it sorted by (-score, doc id), then as many
-        # documents tied at it as fit, lowest doc ids first (Lucene's order)
-        kth = np.partition(vals, len(vals) - k)[len(vals) - k]
-        above = pos[vals > kth]
+        # documents tied at it as fit, lowest doc ids first (Lucene's order). np.partition is
+        # slow on arrays of many equal values, so a short query (few matching documents)
+        # partitions only the matching ones.
+        if 4 * n_pos >= len(scores):
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+            above = np.flatnonzero(scores > kth)
+            tied = np.flatnonzero(scores == kth)
+        else:
+            pos = np.flatnonzero(scores)
+            vals = scores[pos]
+            kth = np.partition(vals, len(vals) - k)[len(vals) - k]
+            above, tied = pos[vals > kth], pos[vals == kth]
         above = above[np.lexsort((above, -scores[above]))]
-        tied = pos[vals == kth][:k - len(above)]
-        return [int(d) for d in above] + [int(d) for d in tied]
+        return [int(d) for d in above] + [int(d) for d in tied[:k - len(above)]]
 
     @property
     def nbytes(self) -> int:
