@@ -7,7 +7,7 @@ import pytest
 
 from harness_jax.envs import Env, ToolCall, registry
 from harness_jax.envs import webshop
-from harness_jax.envs.webshop import agents, generator, pages, protocol, reward as rw
+from harness_jax.envs.webshop import agents, generator, pages, protocol
 from harness_jax.envs.webshop.search import SearchIndex
 
 N_PRODUCTS = 1000

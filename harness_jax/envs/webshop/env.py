@@ -15,7 +15,7 @@ with no action at all gets an explanatory observation and costs a round, or, wit
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 from harness_jax.envs.base import Action, BlockingEnv, StepResult, Task, ToolCall
 from harness_jax.envs.webshop import protocol as proto
