@@ -21,6 +21,10 @@ INSTALL_REQUIRES = [
     "PyMySQL>=1.1",
     "textworld[pddl]>=1.6.1",
     "alfworld>=0.4.2",
+    # WebShop (issue 15): BM25 search, Porter stemming (Lucene's analyzer), fuzzy reward
+    "bm25s>=0.2.6",
+    "PyStemmer>=2.2",
+    "rapidfuzz>=3.0",
 ]
 
 EXTRAS_REQUIRE = {

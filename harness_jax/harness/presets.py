@@ -3,7 +3,9 @@
 ``base_harness(env_name, protocol)`` returns the harness the papers' baselines use: for DBBench's
 text protocol the AgentBench v0.2 opening (instruction as a user turn, ``"Ok."`` from the agent,
 then the question) with ReAct-free raw replies; for the function protocol the AgentBench-FC
-system instruction with the environment's tools in Qwen3.5's XML calling format. Other
+system instruction with the environment's tools in Qwen3.5's XML calling format. WebShop's
+text H0 is v0.2's opening (instruction, "Ok.", the one-shot example, 10 rounds), its function
+H0 the FC instruction with ``search_action``/``click_action`` (20 rounds). Other
 environments get a neutral H0 (the environment's first observation is the task). The protocol
 texts are read from the environment package, so the two never drift apart.
 """
@@ -51,6 +53,17 @@ def base_harness(env_name: str, protocol: str = "function", **overrides) -> Harn
         else:
             spec = HarnessSpec(name="appworld-H0-function", system_prompt=aw.FUNCTION_INSTRUCTION,
                                rules=ExecutionRules(max_turns=50))
+    elif env_name == "webshop":
+        from harness_jax.envs.webshop import protocol as wsp
+
+        if protocol == "text":   # v0.2: instruction, "Ok.", the one-shot example; 10 rounds
+            spec = HarnessSpec(name="webshop-H0-text",
+                               preamble=tuple(wsp.text_opening()),
+                               rules=ExecutionRules(max_turns=wsp.TEXT_ROUNDS,
+                                                    on_unparsable="pass_raw"))
+        else:                    # FC: system instruction, search_action/click_action; 20 rounds
+            spec = HarnessSpec(name="webshop-H0-function", system_prompt=wsp.FUNCTION_INSTRUCTION,
+                               rules=ExecutionRules(max_turns=wsp.FUNCTION_ROUNDS))
     else:
         spec = HarnessSpec(name=f"{env_name}-H0-{protocol}", rules=ExecutionRules(max_turns=50))
     if overrides:
