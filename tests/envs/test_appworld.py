@@ -9,7 +9,7 @@ from harness_jax.envs import Task, ToolCall, registry
 from harness_jax.envs import appworld
 from harness_jax.envs.appworld import data as awdata
 from harness_jax.envs.appworld import protocol as proto
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 
 
 # -- protocol -------------------------------------------------------------------------------------

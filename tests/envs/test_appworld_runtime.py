@@ -295,7 +295,7 @@ def test_executor_runs_appworld_with_the_h0_preset(all_tasks, service):
     AppWorld's evaluator."""
     from harness_jax.harness.executor import run_episode
     from harness_jax.harness.presets import base_harness
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.sampling.tokenizer import load_tokenizer
     from tests.harness.doubles import ScriptedEngine
 
     tok = load_tokenizer()

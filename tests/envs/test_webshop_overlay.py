@@ -19,7 +19,7 @@ from harness_jax.harness.executor import run_episode
 from harness_jax.harness.overlay import Overlay
 from harness_jax.harness.presets import base_harness
 from harness_jax.harness.sandbox import HookSandbox
-from harness_jax.harness.tokenizer import load_tokenizer
+from harness_jax.sampling.tokenizer import load_tokenizer
 from harness_jax.harness.validation import validate_patch
 
 _DOUBLES = pathlib.Path(__file__).resolve().parents[1] / "harness" / "doubles.py"
@@ -103,7 +103,7 @@ def test_h0_text_episode_through_the_executor(episode):
 
 def test_h0_function_episode_through_the_executor(episode):
     task, actions, _ = episode
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
     replies = []
     for a in actions:
         call = agents.as_reply(a, "function")
