@@ -26,6 +26,7 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
+from harness_jax.envs import splits
 from harness_jax.envs.appworld import data as awdata
 from harness_jax.envs.appworld.service import VENV_SIDE, runtime_paths
 
@@ -152,7 +153,9 @@ def generate_tasks(n: int = 30, seed: int = 0, split: str = "train",
     templates of that level. ``split='test'`` is sealed."""
     if n < 1:
         raise ValueError(f"n={n}: need at least one task")
-    awdata._check_split(split, "appworld.generate_tasks(split='test')")
+    splits.check_split(split)
+    if split == "test":   # refuse before building a data tree (Task would refuse after)
+        splits.check_test_access("appworld.generate_tasks(split='test')")
     names = list(templates) if templates else [t["name"] for t in list_templates()]
     if difficulty is not None:
         if difficulty not in (1, 2, 3):
