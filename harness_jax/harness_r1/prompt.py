@@ -1,0 +1,111 @@
+"""The engineer's prompt and response protocol: a failure packet in, one overlay patch out.
+
+Messages: a system turn (``SYSTEM_PROMPT``: the engineer's job, the ``harness-r1-patch-v1``
+format with its four lifecycle hooks, what hooks read and may return, the code rules, and the
+answer format) and a user turn holding the packet. The assistant turn is prefilled with
+``<think>\\n`` (Qwen3.5 thinking mode): the engineer writes its reasoning, ``</think>``, then
+exactly one ``<patch>{json}</patch>`` block. Replies are validated with the
+``prefill_think_patch`` protocol (a reply opening a second ``<think>`` is rejected) and the
+LAST ``<patch>`` block counts. SFT, GRPO and evaluation use this one template; its version is
+part of every SFT example's identity.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional, Sequence
+
+from harness_jax.harness.validation import validate_patch
+
+PROMPT_VERSION = "harness-r1-engineer-prompt-v1"
+RESPONSE_PROTOCOL = "prefill_think_patch"
+
+SYSTEM_PROMPT = """You are a harness engineer. A frozen agent (its weights never change) solved a batch of tasks inside a runtime harness and failed some of them. You read its failure packet and write ONE overlay patch for the harness. The patch is installed and the same agent re-runs the same batch; you are rewarded by how much its success improves. Patches that are invalid, never fire, or hurt get nothing.
+
+The patch is JSON:
+{"schema_version": "harness-r1-patch-v1", "benchmark": "<benchmark>", "description": "<one sentence>", "actions": [{"type": "add_code_hook", "hook": "<hook point>", "code": "def hook(ctx, nb):\\n    ..."}]}
+with 1 to 12 actions and at most one code hook per hook point. The four hook points:
+- on_init: at episode start. Return {"skills": [up to 5 short guidance strings], "tool_hint": "<text>"}; they join the system prompt.
+- make_pre_hint: before each agent decision. Return {"message": "<text>"} to add a hint to the agent's next input.
+- on_before_action: a guard on each action before it reaches the environment. Return {"kind": "block_and_prompt", "message": "<why>"} to refuse it and tell the agent, {"kind": "rewrite_action", "action": <action>, "message": "<note>"} to replace it, or {"kind": "force_action", "action": <action>}.
+- on_post_step: after each environment step. Return {"kind": "inject_hint", "message": "<text>"} to add recovery advice, or {"kind": "force_action", "action": <action>}.
+Return None for no effect. Anything that breaks a contract, raises or times out also has no effect. Texts are collapsed to one line and cut at 900 characters. An action is the agent's text reply (text protocols) or {"name": <tool>, "arguments": {...}}.
+
+What a hook reads (attribute access; missing fields read as None): ctx.task (id, env, category, instruction = the task statement), ctx.turn, ctx.max_turns, ctx.turns_left, ctx.history (recent turns: turn, action = list of actions sent, observation), ctx.state (repeat_count, no_progress_turns, stalled, errors), ctx.admissible_actions (when the environment lists them); make_pre_hint: ctx.observation (the feedback the agent is about to read); on_before_action: ctx.action (name, arguments, text, parse_errors); on_post_step: ctx.action.sent, ctx.observation, ctx.reward, ctx.done. nb is a per-episode notebook dict that persists across calls (keep counters in it).
+
+Code rules: top-level def statements only, exactly one def hook(ctx, nb) plus at most 5 helpers; no import, class, lambda, while, with, raise, global, yield, del; no names or attributes starting with an underscore; try only with "except Exception"; at most 8000 characters. Available: abs all any bool dict enumerate Exception filter float int isinstance len list map max min range reversed round set sorted str sum tuple zip, re (search, match, findall, sub, split), math, SequenceMatcher.
+
+Write general fixes for the recurring failure modes: never hard-code task ids, instance numbers, product ids or answers; block only on conditions the runtime can observe; prefer small guards and hints that fire when the failure is about to happen.
+
+Answer format: reason about the failures, close your reasoning with </think>, then write exactly one <patch>{...}</patch> block and nothing after it."""
+
+
+def engineer_messages(packet) -> list[dict]:
+    """The chat messages of the engineer's prompt for ``packet`` (a ``Packet`` or its text)."""
+    text = packet if isinstance(packet, str) else packet.text
+    bench = "" if isinstance(packet, str) else packet.env_name
+    user = (f"Benchmark: {bench}\n\n" if bench else "") + text.strip() + (
+        "\n\nWrite the patch for this benchmark now.")
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+
+def engineer_prompt_text(packet) -> str:
+    """The rendered prompt (Qwen3.5 chat format, thinking on: ends with ``<think>\\n``)."""
+    from harness_jax.harness import chat
+
+    return chat.render_messages(engineer_messages(packet), enable_thinking=True)
+
+
+def engineer_prompt_ids(packet, tokenizer) -> list[int]:
+    return list(tokenizer.encode(engineer_prompt_text(packet), add_special_tokens=False))
+
+
+def format_response(reasoning: str, patch: dict) -> str:
+    """A response in the engineer's protocol (what follows the prefilled ``<think>\\n``)."""
+    reasoning = re.sub(r"</?think>", "", reasoning or "").strip()
+    body = json.dumps(patch, ensure_ascii=False, indent=1)
+    return f"{reasoning}\n</think>\n\n<patch>{body}</patch>"
+
+
+def split_response(text: str) -> tuple[str, Optional[str]]:
+    """``(reasoning, patch block or None)`` of a reply in any of the usual shapes (a leading
+    ``<think>``, none, prose around the block)."""
+    t = text or ""
+    blocks = re.findall(r"<patch>(.*?)</patch>", t, re.S)
+    before = t[:t.rfind("<patch>")] if blocks else t
+    reasoning = re.sub(r"</?think>", "", before).strip()
+    return reasoning, (blocks[-1].strip() if blocks else None)
+
+
+def normalise_response(text: str, env_name: str, **validate_kw) -> tuple[Optional[str], list]:
+    """A teacher's reply (any endpoint, any thinking format) in the engineer's protocol, with
+    the patch normalised; ``(None, errors)`` when it holds no valid patch."""
+    reasoning, _ = split_response(text)
+    res = validate_patch(text, env_name=env_name, **validate_kw)
+    if not res.ok:
+        return None, list(res.errors)
+    return format_response(reasoning or "The failures share a pattern; patch it.",
+                           res.patch.to_dict()), []
+
+
+def response_ids(response: str, tokenizer) -> list[int]:
+    """Tokens of a response, closed with ``<|im_end|>`` (the SFT target)."""
+    ids = list(tokenizer.encode(response, add_special_tokens=False))
+    return ids + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+
+
+def sft_example(packet, response: str, tokenizer) -> dict:
+    """One cold-start SFT example: ``prompt_ids`` (through the prefilled ``<think>\\n``) and
+    ``response_ids`` (the loss covers these), ready for ``rl.sft.sft_segment``."""
+    return {"prompt_ids": engineer_prompt_ids(packet, tokenizer),
+            "response_ids": response_ids(response, tokenizer),
+            "packet_id": getattr(packet, "packet_id", ""), "prompt_version": PROMPT_VERSION}
+
+
+def validate_response(text: str, env_name: str, **kw):
+    """``validate_patch`` under the engineer's response protocol."""
+    return validate_patch(text, env_name=env_name, response_protocol=RESPONSE_PROTOCOL, **kw)
+
+
+def responses_valid(texts: Sequence[Any], env_name: str) -> list[bool]:
+    return [validate_response(t, env_name).ok for t in texts]

@@ -1,0 +1,202 @@
+"""Test doubles for the Harness-R1 tests (no trained model runs on CI).
+
+``SeededDBBenchPolicy`` stands in for a frozen *sampling* target on DBBench (text protocol): it
+decodes the real token context with the real tokenizer and draws its mistakes from the request's
+sampling seed (``random.Random(seed)``; unseeded requests use fresh randomness), so paired
+reruns are only paired if the executor really replays the seeds. Its weaknesses:
+
+* on its first turn it answers at once with a wrong count (``p_hasty``), or runs a broken
+  statement (``p_sloppy``), or runs the gold SQL;
+* after an SQL error it answers "0" (probability 0.7) instead of retrying;
+* any harness intervention in its feedback (a ``[Harness ...]`` note or hint after the task
+  statement) makes it careful for the rest of the episode: it then runs the gold SQL and answers
+  from the returned rows. Skills in the system prompt do not change it;
+* mutations: runs the gold statement, then answers.
+
+``ChatServer`` (from the Harness-S doubles) is a scripted OpenAI-compatible server over real
+HTTP; ``chat_policy_handler`` makes it answer like ``SeededDBBenchPolicy`` from the chat
+messages (a scripted API target; the seed comes from the request body).
+``SGLangServer`` is a scripted SGLang-API server (``/generate`` with token ids and log-probs,
+``/model_info``) over real HTTP, for the ``sglang`` target kind.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
+
+from ..harness_s.doubles import ChatServer, reply  # noqa: F401  (re-exported)
+
+
+def item_index(tasks) -> dict:
+    """question text -> item (with its category) for the scripted policies."""
+    return {t.data["description"] + "\n" + t.data["add_description"]:
+            dict(t.data, _category=t.category) for t in tasks}
+
+
+def decide(items: dict, text: str, seed, p_hasty: float = 0.4, p_sloppy: float = 0.3) -> str:
+    """The scripted DBBench policy's next reply given the whole context text."""
+    for q, item in items.items():
+        pos = text.find(q)
+        if pos >= 0:
+            break
+    else:
+        raise AssertionError("scripted policy: no known question in the context")
+    rng = random.Random(seed) if seed is not None else random.Random()
+    tail = text[pos:]
+    mine = tail.count("<|im_start|>assistant") - 1
+    if mine < 0:       # chat endpoint: the context is the message list, not ChatML
+        mine = tail.count("\x00assistant\x00")
+    last = tail.rsplit("user\n", 1)[-1] if "user\n" in tail else tail
+    careful = "[Harness" in tail
+    cat = item["_category"]
+    gold = (item.get("sql") or {}).get("query") or (item.get("label") or [""])[0]
+    op = f"Action: Operation\n```sql\n{gold};\n```"
+    answer = "Action: Answer\nFinal Answer: " + json.dumps(item.get("label", []))
+    rows_back = last.lstrip().startswith("[(")
+    error = "no such" in last or "error" in last.lower()
+    if cat in ("INSERT", "UPDATE", "DELETE"):
+        return op if mine == 0 else 'Action: Answer\nFinal Answer: ["done"]'
+    if rows_back:
+        return answer
+    if mine == 0:
+        if careful:
+            return op
+        u = rng.random()
+        if u < p_hasty:
+            return 'Action: Answer\nFinal Answer: ["999"]'
+        if u < p_hasty + p_sloppy:
+            return "Action: Operation\n```sql\nSELECT SUM(no_such_col) FROM t;\n```"
+        return op
+    if error and not careful and rng.random() < 0.7:
+        return 'Action: Answer\nFinal Answer: ["0"]'
+    return op
+
+
+class SeededDBBenchPolicy(RolloutEngine):
+    """A scripted sampling target (module docstring)."""
+
+    def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
+                 version: int = 3):
+        self.tok = tokenizer
+        self.items = items
+        self.p_hasty, self.p_sloppy = p_hasty, p_sloppy
+        self.version = version
+        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.calls = 0
+        self.seeds: list = []
+
+    @property
+    def weight_version(self):
+        return self.version
+
+    async def end_episode(self, episode_id):
+        pass
+
+    async def generate(self, request):
+        self.calls += 1
+        self.seeds.append(request.params.seed)
+        text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
+        out = decide(self.items, text, request.params.seed, self.p_hasty, self.p_sloppy)
+        ids = self.tok.encode(out, add_special_tokens=False)[: request.params.max_new_tokens - 1]
+        ids = ids + [self.im_end]
+        return GenerateResult(request_id=request.request_id, token_ids=ids,
+                              logprobs=[-0.05] * len(ids), finish_reason=FINISH_STOP,
+                              weight_version=self.version)
+
+
+def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p_hasty=0.4,
+                p_sloppy=0.3):
+    """``TargetSpec(kind="factory")`` entry point: the scripted policy over the generated
+    DBBench tasks of ``dbbench_batch(seed, n, categories)`` (rebuilt in worker processes)."""
+    if tokenizer is None:
+        from harness_jax.harness.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer()
+    return SeededDBBenchPolicy(tokenizer, item_index(dbbench_batch(seed, n, categories)),
+                               p_hasty=p_hasty, p_sloppy=p_sloppy)
+
+
+def dbbench_batch(seed: int = 1, n: int = 3, categories=None, split: str = "train"):
+    from harness_jax.envs import dbbench
+
+    cats = categories or ["counting", "aggregation-SUM", "aggregation-AVG"]
+    out = []
+    for i, c in enumerate(cats):
+        out += dbbench.generate_tasks(n, seed=seed * 100 + i, split=split, categories=[c])
+    return out
+
+
+def chat_policy_handler(items: dict, log: list):
+    """A ``ChatServer`` handler answering like the scripted policy from chat messages."""
+    def handler(body):
+        log.append(body)
+        msgs = body["messages"]
+        text = "".join(f"\x00{m['role']}\x00" + (m.get("content") or "") + "\n"
+                       for m in msgs)
+        # rebuild the "user\n" marker of the newest feedback for decide()
+        last_user = [m for m in msgs if m["role"] in ("user", "tool")][-1]
+        text = text + "user\n" + (last_user.get("content") or "")
+        return decide(items, text, body.get("seed"))
+    return handler
+
+
+class SGLangServer:
+    """Scripted SGLang-API server (test double over real HTTP): ``/generate`` decodes the input
+    ids, asks ``policy(text, seed) -> str`` and answers with token ids, log-probs and the served
+    ``weight_version``; ``/model_info`` reports ``model_path`` and ``weight_version``."""
+
+    def __init__(self, tokenizer, policy, model_path="scripted-sglang", weight_version="5"):
+        self.tok = tokenizer
+        self.policy = policy
+        self.model_path = model_path
+        self.weight_version = weight_version
+        self.requests: list = []
+        state = self
+        im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def _send(self, obj, status=200):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path in ("/model_info", "/get_model_info"):
+                    return self._send({"model_path": state.model_path,
+                                       "weight_version": state.weight_version})
+                self._send({"error": {"message": "not found"}}, 404)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(n))
+                if self.path != "/generate":
+                    return self._send({"ok": True})
+                state.requests.append(body)
+                text = state.tok.decode(body["input_ids"], skip_special_tokens=False)
+                seed = body["sampling_params"].get("sampling_seed")
+                ids = state.tok.encode(state.policy(text, seed), add_special_tokens=False)
+                ids = ids + [im_end]
+                self._send({"output_ids": ids, "meta_info": {
+                    "output_token_logprobs": [[-0.1, t, None] for t in ids],
+                    "finish_reason": {"type": "stop", "matched": im_end},
+                    "weight_version": state.weight_version}})
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.srv.serve_forever,
+                                       kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
