@@ -34,7 +34,8 @@ import re
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from harness_jax.harness.packets import INSTRUCTIONS, render_trace, runtime_signals, sanitize
+from harness_jax.harness.packets import INSTRUCTIONS, runtime_signals, sanitize
+from harness_jax.harness.specs import truncate_text
 from harness_jax.harness.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -138,16 +139,50 @@ def _end_state(traj: Trajectory) -> str:
 
 
 def render_failure(traj: Trajectory, index: int) -> str:
-    """One failure's block (outcome, end state, signals, task statement, transcript)."""
-    block = render_trace(traj, index, traj.meta.get("task_statement"))
-    head, _, body = block.partition("\n\n")
-    lines = head.splitlines()
-    extra = [f"- task category: {traj.meta.get('category') or '-'}"]
+    """One failure's block: outcome, end state, runtime signals, the task statement, then the
+    transcript (assistant text without its reasoning, 600 chars; the action sent, or the tool
+    call; harness interventions; parse errors; observations middle-truncated to 1,200 chars)."""
+    lines = [f"### Failure {index}", f"- task category: {traj.meta.get('category') or '-'}",
+             f"- outcome: reward {float(traj.reward):.3f}, status {traj.status}, "
+             f"{len(traj.turns)} turn(s)"]
     end = _end_state(traj)
     if end:
-        extra.append(f"- end state: {end}")
-    lines[1:1] = extra
-    return "\n".join(lines) + ("\n\n" + body if body else "")
+        lines.append(f"- end state: {end}")
+    sig = runtime_signals(traj)
+    if sig:
+        lines.append("- runtime signals: " + ", ".join(f"{k}={v}" for k, v in sig.items()))
+    lines.append("")
+    statement = traj.meta.get("task_statement")
+    if statement:
+        lines.append("TASK: " + truncate_text(sanitize(statement), 1200))
+    for ev in traj.turns:
+        text = chat_content(ev.raw_text)
+        acts = ev.action or []
+        if text and not (len(acts) == 1 and isinstance(acts[0], str)
+                         and acts[0].strip() == text):
+            lines.append("ASSISTANT: " + truncate_text(sanitize(text), 600, "head"))
+        for a in acts:
+            if isinstance(a, dict):
+                lines.append(f"TOOL_CALL: {a.get('name')} "
+                             + sanitize(json.dumps(a.get("arguments"), ensure_ascii=False)))
+            else:
+                lines.append("ACTION: " + truncate_text(sanitize(str(a)), 600, "head"))
+        for iv in ev.interventions:
+            lines.append(f"HARNESS[{iv['hook']}/{iv['source']}]: "
+                         + sanitize(json.dumps(iv["result"], ensure_ascii=False))[:300])
+        if ev.parse_errors:
+            lines.append("PARSE_ERROR: " + sanitize("; ".join(ev.parse_errors))[:300])
+        if ev.observation:
+            lines.append("OBSERVATION: " + truncate_text(sanitize(ev.observation), 1200))
+    return "\n".join(lines)
+
+
+def chat_content(raw: str) -> str:
+    """An assistant turn's visible text: reasoning and tool-call blocks removed."""
+    text = raw or ""
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    return re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip()
 
 
 def _constraints_text(constraints: Optional[dict]) -> str:
@@ -204,7 +239,8 @@ def extract_packet(trajectories: Iterable[Trajectory], budget_tokens: int, *,
     """The failure packet of a batch's trajectories (deterministic; module docstring).
 
     ``budget_tokens``: the packet's estimated size (chars / 4) never exceeds it; the first
-    failure is truncated when it alone does not fit. ``env_name`` defaults to the
+    failure is truncated when it alone does not fit (and left out when fewer than 200
+    characters would remain for it). ``env_name`` defaults to the
     trajectories' environment. ``constraints``: runtime facts shown to the engineer (e.g.
     ``{"max_turns": 20, "protocol": "text"}``).
     """
@@ -330,6 +366,44 @@ class PacketDataset:
         with open(p, encoding="utf-8") as f:
             return [Packet.from_dict(json.loads(line)) for line in f if line.strip()]
 
+    def write_tasks(self, split: str, tasks: Sequence) -> str:
+        """The tasks of a split's packets (reruns need the task data, not only the ids)."""
+        os.makedirs(self.root, exist_ok=True)
+        p = self.path(split).replace("packets-", "tasks-")
+        with open(p + ".tmp", "w", encoding="utf-8") as f:
+            for t in tasks:
+                f.write(json.dumps({"env_name": t.env_name, "data": t.data, "split": t.split,
+                                    "category": t.category}, ensure_ascii=False) + "\n")
+        os.replace(p + ".tmp", p)
+        return p
+
+    def tasks(self, split: Optional[str] = None) -> dict:
+        """task id -> ``Task`` over one split (or all)."""
+        from harness_jax.envs.base import Task
+
+        out = {}
+        for s in ([split] if split else self.splits()):
+            p = self.path(s).replace("packets-", "tasks-")
+            if not os.path.exists(p):
+                continue
+            with open(p, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        d = json.loads(line)
+                        t = Task(d["env_name"], d["data"], d.get("split", "train"),
+                                 d.get("category"))
+                        out[t.task_id] = t
+        return out
+
+    def batch(self, packet: Packet) -> list:
+        """The packet's batch B as tasks (in the packet's order)."""
+        tasks = self.tasks(packet.split or None)
+        missing = [t for t in packet.task_ids if t not in tasks]
+        if missing:
+            raise KeyError(f"packet {packet.packet_id}: task(s) {missing[:3]} are not in the "
+                           f"dataset at {self.root}")
+        return [tasks[t] for t in packet.task_ids]
+
     def splits(self) -> list[str]:
         return [s for s in self.SPLITS if os.path.exists(self.path(s))]
 
@@ -387,7 +461,7 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
         tasks = registry.load_split(env.name, env_split, n=n_batches * batch_size, seed=seed,
                                     **(split_kwargs or {}))
         groups = chunk(tasks, batch_size)[:n_batches]
-        packets, episodes, cached, no_failure = [], 0, 0, 0
+        packets, episodes, cached, no_failure, kept = [], 0, 0, 0, []
         for i, batch in enumerate(groups):
             base = run_baseline(target, env, batch, harness, n_per_task=n_per_task, seed=seed,
                                 cache=cache, tokenizer=tokenizer, config=config)
@@ -402,9 +476,11 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
                 no_failure += 1
             else:
                 packets.append(pk)
+                kept.extend(batch)
             if progress is not None:
                 progress(split, i + 1, len(groups))
         ds.write(split, packets)
+        ds.write_tasks(split, kept)
         manifest["splits"][split] = {"env_split": env_split, "batches": len(groups),
                                      "packets": len(packets), "no_failure_batches": no_failure,
                                      "cached_baselines": cached, "target_episodes": episodes}

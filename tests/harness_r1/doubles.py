@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
 
-from ..harness_s.doubles import ChatServer, reply  # noqa: F401  (re-exported)
+from tests.harness_s.doubles import ChatServer, reply  # noqa: F401  (re-exported)
 
 
 def item_index(tasks) -> dict:
