@@ -129,11 +129,11 @@ def cmd_packets(args) -> dict:
     from harness_jax.harness_r1.packets import build_packet_dataset
     from harness_jax.harness_r1.targets import TargetSpec
 
+    batches = _parse_batches(args.batches)
     env = EnvRef(args.env, _json_arg(args.env_kwargs, "--env-kwargs"))
     spec = TargetSpec.from_dict(_json_arg(args.target, "--target"))
     harness = (HarnessSpec.load(args.harness_file) if args.harness_file
                else base_harness(args.env, env.kwargs.get("protocol", "text")))
-    batches = _parse_batches(args.batches)
     tok = load_tokenizer(args.tokenizer) if args.tokenizer else load_tokenizer()
     bars: dict = {}
 
@@ -148,6 +148,7 @@ def cmd_packets(args) -> dict:
                                   batch_size=args.batch_size, budget_tokens=args.budget_tokens,
                                   n_per_task=args.n_per_task, seed=args.seed,
                                   cache=BaselineCache(args.cache), tokenizer=tok,
+                                  split_kwargs=_json_arg(args.split_kwargs, "--split-kwargs"),
                                   progress=progress)
     finally:
         for b in bars.values():
@@ -203,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", required=True, help="packet dataset directory")
     a.add_argument("--env", required=True, help="registered environment name")
     a.add_argument("--env-kwargs", default="", help="JSON constructor arguments of the env")
+    a.add_argument("--split-kwargs", default="", help="JSON arguments of the env's split "
+                   "loader (e.g. categories)")
     a.add_argument("--target", required=True, help="TargetSpec as JSON (or a JSON file)")
     a.add_argument("--harness-file", default="", help="HarnessSpec JSON/YAML (default: H0)")
     a.add_argument("--batches", default="train=20,validation=4,held_out=4",

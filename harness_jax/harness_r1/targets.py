@@ -279,6 +279,8 @@ class TargetSpec:
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"TargetSpec: unknown field(s) {unknown}; known: {sorted(known)}")
+        if "kind" not in d:
+            raise ValueError(f"TargetSpec.kind: required, one of {KINDS}")
         return cls(**d)
 
     def _options_identity(self) -> tuple:

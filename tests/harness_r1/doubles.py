@@ -200,3 +200,20 @@ class SGLangServer:
     def close(self):
         self.srv.shutdown()
         self.srv.server_close()
+
+
+def make_split_policy(tokenizer=None, *, sizes=None, categories=None, seed: int = 0):
+    """``TargetSpec(kind="factory")`` entry point for dataset builds: the scripted policy over
+    the registry's generated DBBench splits (``sizes``: environment split -> n, as the builder
+    loads them)."""
+    from harness_jax.envs import registry
+
+    if tokenizer is None:
+        from harness_jax.harness.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer()
+    items = {}
+    for split, n in (sizes or {"train": 6, "selection": 3}).items():
+        items.update(item_index(registry.load_split("dbbench", split, n=n, seed=seed,
+                                                    categories=categories)))
+    return SeededDBBenchPolicy(tokenizer, items)
