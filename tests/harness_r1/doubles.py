@@ -80,7 +80,8 @@ class SeededDBBenchPolicy(RolloutEngine):
     """A scripted sampling target (module docstring)."""
 
     def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
-                 version: int = 3):
+                 version: int = 3, crash_marker: str = ""):
+        self.crash_marker = crash_marker     # seen in the context: the process dies (os._exit)
         self.tok = tokenizer
         self.items = items
         self.p_hasty, self.p_sloppy = p_hasty, p_sloppy
@@ -100,6 +101,10 @@ class SeededDBBenchPolicy(RolloutEngine):
         self.calls += 1
         self.seeds.append(request.params.seed)
         text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
+        if self.crash_marker and self.crash_marker in text:
+            import os
+
+            os._exit(3)
         out = decide(self.items, text, request.params.seed, self.p_hasty, self.p_sloppy)
         ids = self.tok.encode(out, add_special_tokens=False)[: request.params.max_new_tokens - 1]
         ids = ids + [self.im_end]
@@ -109,7 +114,7 @@ class SeededDBBenchPolicy(RolloutEngine):
 
 
 def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p_hasty=0.4,
-                p_sloppy=0.3):
+                p_sloppy=0.3, crash_marker: str = ""):
     """``TargetSpec(kind="factory")`` entry point: the scripted policy over the generated
     DBBench tasks of ``dbbench_batch(seed, n, categories)`` (rebuilt in worker processes)."""
     if tokenizer is None:
@@ -117,7 +122,7 @@ def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p
 
         tokenizer = load_tokenizer()
     return SeededDBBenchPolicy(tokenizer, item_index(dbbench_batch(seed, n, categories)),
-                               p_hasty=p_hasty, p_sloppy=p_sloppy)
+                               p_hasty=p_hasty, p_sloppy=p_sloppy, crash_marker=crash_marker)
 
 
 def dbbench_batch(seed: int = 1, n: int = 3, categories=None, split: str = "train"):
