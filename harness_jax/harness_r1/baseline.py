@@ -121,6 +121,7 @@ class Baseline:
     task_ids: list
     rewards: dict                    # task_id -> {sampling_key: reward}
     key: str = ""
+    concurrency: int = 64            # episodes in flight (not part of the key); reruns reuse it
     missing: list = dataclasses.field(default_factory=list)   # [task_id, key] never completed
     trajectories: list = dataclasses.field(default_factory=list, repr=False)
     stats: dict = dataclasses.field(default_factory=dict)
@@ -371,7 +372,8 @@ async def arun_baseline(target, env: Union[EnvRef, str], tasks: Sequence[Task],
                     executor=settings, task_ids=ids,
                     rewards={t: {k: r for k, r in per.items() if r is not None}
                              for t, per in rewards.items()},
-                    key=key, missing=missing, trajectories=trajs,
+                    key=key, concurrency=config.concurrency, missing=missing,
+                    trajectories=trajs,
                     stats={"episodes": len(samples), "wall_s": round(time.perf_counter() - t0, 3),
                            "infra_errors": errors[:20],
                            "turns": sum(len(t.turns) for t in trajs)})

@@ -180,9 +180,9 @@ class RuleBasedEngineer:
             bodies = [b for _, h, b in fixes if h == hook]
             if not bodies:
                 continue
-            helpers = []
-            if hook == "on_before_action":
-                helpers = [_final_helper(packet.env_name), _LAST_OBS]
+            joined = "\n".join(bodies)
+            helpers = ([_final_helper(packet.env_name)] if "final(ctx)" in joined else []) + (
+                [_LAST_OBS] if "last_obs(ctx)" in joined else [])
             code = "\n\n".join(helpers + ["def hook(ctx, nb):\n" + "\n".join(bodies)
                                           + ("\n    return None" if hook != "on_init" else "")])
             actions.append({"type": "add_code_hook", "hook": hook, "code": code + "\n"})

@@ -135,8 +135,7 @@ async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task]
     harness = harness or baseline.harness_spec
     cfg = ExecutorConfig(**{k: v for k, v in baseline.executor.items()
                             if k in {f.name for f in dataclasses.fields(ExecutorConfig)}})
-    if concurrency is not None:
-        cfg = dataclasses.replace(cfg, concurrency=concurrency)
+    cfg = dataclasses.replace(cfg, concurrency=concurrency or baseline.concurrency)
     by_id = {t.task_id: t for t in tasks}
     samples = [(by_id[t], k) for t, k in baseline.samples(list(by_id))]
     tag = run_tag or f"rerun-{uuid.uuid4().hex[:10]}"

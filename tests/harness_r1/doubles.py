@@ -222,3 +222,30 @@ def make_split_policy(tokenizer=None, *, sizes=None, categories=None, seed: int 
         items.update(item_index(registry.load_split("dbbench", split, n=n, seed=seed,
                                                     categories=categories)))
     return SeededDBBenchPolicy(tokenizer, items)
+
+
+class RandomWalker(RolloutEngine):
+    """A sampling text-game target (test double): replies ``ACTION: <command>`` with a command
+    drawn by the request seed from the last ``AVAILABLE ACTIONS:`` list in its context."""
+
+    def __init__(self, tokenizer, version: int = 1):
+        self.tok = tokenizer
+        self.version = version
+        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    @property
+    def weight_version(self):
+        return self.version
+
+    async def end_episode(self, episode_id):
+        pass
+
+    async def generate(self, request):
+        text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
+        line = text.rsplit("AVAILABLE ACTIONS:", 1)[-1].split("<|im_end|>")[0]
+        options = [a.strip() for a in line.split(",") if a.strip()] or ["look"]
+        rng = random.Random(request.params.seed)
+        ids = self.tok.encode("ACTION: " + rng.choice(options), add_special_tokens=False)
+        ids = ids[: request.params.max_new_tokens - 1] + [self.im_end]
+        return GenerateResult(request.request_id, ids, [-0.1] * len(ids), FINISH_STOP,
+                              self.version)
