@@ -25,7 +25,7 @@ from harness_jax.harness_r1.prompt import (PROMPT_VERSION, RESPONSE_PROTOCOL, SY
                                            format_response, normalise_response, sft_example)
 from harness_jax.harness_r1.reward import (GroupEvaluation, PatchEvaluation, advantages_NK,
                                            aevaluate_group, aevaluate_patch, delta_b,
-                                           evaluate_group, evaluate_patch, group_advantages_K)
+                                           engineer_segments, evaluate_group, evaluate_patch, group_advantages_K)
 from harness_jax.harness_r1.targets import (ChatEngine, FrozenTarget, FrozenTargetError,
                                             TargetIdentity, TargetSpec, as_target, frozen)
 
@@ -36,7 +36,7 @@ __all__ = [
     "RESPONSE_PROTOCOL", "RuleBasedEngineer", "SYSTEM_PROMPT", "TargetIdentity", "TargetSpec",
     "advantages_NK", "aevaluate_group", "aevaluate_patch", "arun_baseline", "as_target",
     "baseline_key", "build_packet_dataset", "delta_b", "engineer_messages",
-    "engineer_prompt_ids", "evaluate_group", "evaluate_patch", "extract_packet",
+    "engineer_prompt_ids", "engineer_segments", "evaluate_group", "evaluate_patch", "extract_packet",
     "format_response", "frozen", "group_advantages_K", "normalise_response",
     "packet_from_baseline", "react_harness", "run_baseline", "sample_keys", "self_refine_patch",
     "sft_example",

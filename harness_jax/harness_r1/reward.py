@@ -341,3 +341,32 @@ def evaluate_group(responses: Sequence[Any], env_name: str, target, tasks: Seque
     """Synchronous ``aevaluate_group``."""
     return run_sync(aevaluate_group(responses, env_name, target, tasks, baseline, **kw),
                     "evaluate_group")
+
+
+def engineer_segments(prompt_ids, results, group: GroupEvaluation, packet_id: str = "") -> list:
+    """The K samples of one packet as the learner's ``TokenSegment``s: prompt (mask 0) +
+    sampled response (mask 1, the engine's log-probs), ``advantage`` = the sample's sequence-
+    level ``A_k`` shared by all its tokens, ``reward`` = ``r_k``, one group per packet.
+    Unscored samples (infrastructure-incomplete evaluations) are left out: they are not a
+    lesson for the engineer. ``results``: the engine's ``GenerateResult`` per sample."""
+    from harness_jax.types import TokenSegment
+
+    if len(results) != len(group.evaluations):
+        raise ValueError(f"engineer_segments: {len(results)} results for "
+                         f"{len(group.evaluations)} evaluated samples")
+    p = [int(t) for t in prompt_ids]
+    out = []
+    for k, (res, ev) in enumerate(zip(results, group.evaluations)):
+        if not group.scored_K[k]:
+            continue
+        ids = [int(t) for t in res.token_ids]
+        if not ids:
+            continue
+        out.append(TokenSegment(
+            token_ids=p + ids, loss_mask=[0] * len(p) + [1] * len(ids),
+            rollout_logprobs=[0.0] * len(p) + [float(x) for x in res.logprobs],
+            reward=float(ev.reward), advantage=float(group.advantages_K[k]),
+            group_id=packet_id, episode_id=f"{packet_id}/{k}", task_id=packet_id,
+            policy_version=int(res.weight_version), turn_starts=[len(p)],
+            success=ev.reward > 0))
+    return out

@@ -80,7 +80,8 @@ class SeededDBBenchPolicy(RolloutEngine):
     """A scripted sampling target (module docstring)."""
 
     def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
-                 version: int = 3, crash_marker: str = ""):
+                 version: int = 3, crash_marker: str = "", latency_ms: float = 0.0):
+        self.latency_s = latency_ms / 1e3   # a served model's per-call latency (benchmarks)
         self.crash_marker = crash_marker     # seen in the context: the process dies (os._exit)
         self.tok = tokenizer
         self.items = items
@@ -100,6 +101,10 @@ class SeededDBBenchPolicy(RolloutEngine):
     async def generate(self, request):
         self.calls += 1
         self.seeds.append(request.params.seed)
+        if self.latency_s:
+            import asyncio
+
+            await asyncio.sleep(self.latency_s)
         text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
         if self.crash_marker and self.crash_marker in text:
             import os
@@ -114,7 +119,7 @@ class SeededDBBenchPolicy(RolloutEngine):
 
 
 def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p_hasty=0.4,
-                p_sloppy=0.3, crash_marker: str = ""):
+                p_sloppy=0.3, crash_marker: str = "", latency_ms: float = 0.0):
     """``TargetSpec(kind="factory")`` entry point: the scripted policy over the generated
     DBBench tasks of ``dbbench_batch(seed, n, categories)`` (rebuilt in worker processes)."""
     if tokenizer is None:
@@ -122,7 +127,8 @@ def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p
 
         tokenizer = load_tokenizer()
     return SeededDBBenchPolicy(tokenizer, item_index(dbbench_batch(seed, n, categories)),
-                               p_hasty=p_hasty, p_sloppy=p_sloppy, crash_marker=crash_marker)
+                               p_hasty=p_hasty, p_sloppy=p_sloppy, crash_marker=crash_marker,
+                               latency_ms=latency_ms)
 
 
 def dbbench_batch(seed: int = 1, n: int = 3, categories=None, split: str = "train"):

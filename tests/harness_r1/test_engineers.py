@@ -159,6 +159,29 @@ def test_model_engineer_samples_k_responses(world, qwen_tok):
     assert len(eng.last) == 3                   # prompt ids + results with log-probs for GRPO
 
 
+def test_engineer_samples_become_grpo_segments(world, qwen_tok):
+    """K sampled responses -> rewards on the target -> sequence-level advantages -> the
+    learner's TokenSegments (prompt masked, one advantage per response)."""
+    train, _, target, base, _, packet = world
+    good = RuleBasedEngineer().propose(packet)[0]
+    eng_engine = ScriptedEngineerEngine(qwen_tok, good)
+    eng = harness_r1.ModelEngineer(eng_engine, qwen_tok)
+    responses = eng.propose(packet, k=2) + ["no patch"]
+    results = [r for _, r in eng.last] + [eng.last[0][1]]
+    group = harness_r1.evaluate_group(responses, "dbbench", target, train, base,
+                                      tokenizer=qwen_tok)
+    segs = harness_r1.engineer_segments(eng.last[0][0], results, group, packet.packet_id)
+    assert len(segs) == 3 and group.rewards_K[0] > 0 == group.rewards_K[2]
+    n_p = len(eng.last[0][0])
+    for s, adv, r in zip(segs, group.advantages_K, group.rewards_K):
+        assert s.loss_mask[:n_p] == [0] * n_p and set(s.loss_mask[n_p:]) == {1}
+        assert s.advantage == pytest.approx(float(adv)) and s.reward == pytest.approx(float(r))
+        assert s.group_id == packet.packet_id
+    assert segs[0].advantage > 0 > segs[2].advantage
+    with pytest.raises(ValueError, match="2 results for 3"):
+        harness_r1.engineer_segments(eng.last[0][0], results[:2], group)
+
+
 def test_dataset_cli_packets_then_sft(qwen_tok, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HARNESS_JAX_PROGRESS", "1")
     cats = ["counting", "aggregation-SUM"]
