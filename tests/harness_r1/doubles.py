@@ -76,20 +76,13 @@ def decide(items: dict, text: str, seed, p_hasty: float = 0.4, p_sloppy: float =
     return op
 
 
-class SeededDBBenchPolicy(RolloutEngine):
-    """A scripted sampling target (module docstring)."""
+class TextPolicy(RolloutEngine):
+    """A scripted engine: decodes the context, ``reply(text, seed) -> str``, re-encodes."""
 
-    def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
-                 version: int = 3, crash_marker: str = "", latency_ms: float = 0.0):
-        self.latency_s = latency_ms / 1e3   # a served model's per-call latency (benchmarks)
-        self.crash_marker = crash_marker     # seen in the context: the process dies (os._exit)
+    def __init__(self, tokenizer, version: int):
         self.tok = tokenizer
-        self.items = items
-        self.p_hasty, self.p_sloppy = p_hasty, p_sloppy
         self.version = version
         self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.calls = 0
-        self.seeds: list = []
 
     @property
     def weight_version(self):
@@ -97,6 +90,27 @@ class SeededDBBenchPolicy(RolloutEngine):
 
     async def end_episode(self, episode_id):
         pass
+
+    def result(self, request, out: str) -> GenerateResult:
+        ids = self.tok.encode(out, add_special_tokens=False)[: request.params.max_new_tokens - 1]
+        ids = ids + [self.im_end]
+        return GenerateResult(request_id=request.request_id, token_ids=ids,
+                              logprobs=[-0.05] * len(ids), finish_reason=FINISH_STOP,
+                              weight_version=self.version)
+
+
+class SeededDBBenchPolicy(TextPolicy):
+    """A scripted sampling target (module docstring)."""
+
+    def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
+                 version: int = 3, crash_marker: str = "", latency_ms: float = 0.0):
+        super().__init__(tokenizer, version)
+        self.latency_s = latency_ms / 1e3   # a served model's per-call latency (benchmarks)
+        self.crash_marker = crash_marker     # seen in the context: the process dies (os._exit)
+        self.items = items
+        self.p_hasty, self.p_sloppy = p_hasty, p_sloppy
+        self.calls = 0
+        self.seeds: list = []
 
     async def generate(self, request):
         self.calls += 1
@@ -110,12 +124,8 @@ class SeededDBBenchPolicy(RolloutEngine):
             import os
 
             os._exit(3)
-        out = decide(self.items, text, request.params.seed, self.p_hasty, self.p_sloppy)
-        ids = self.tok.encode(out, add_special_tokens=False)[: request.params.max_new_tokens - 1]
-        ids = ids + [self.im_end]
-        return GenerateResult(request_id=request.request_id, token_ids=ids,
-                              logprobs=[-0.05] * len(ids), finish_reason=FINISH_STOP,
-                              weight_version=self.version)
+        return self.result(request, decide(self.items, text, request.params.seed,
+                                           self.p_hasty, self.p_sloppy))
 
 
 def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p_hasty=0.4,
@@ -230,28 +240,16 @@ def make_split_policy(tokenizer=None, *, sizes=None, categories=None, seed: int 
     return SeededDBBenchPolicy(tokenizer, items)
 
 
-class RandomWalker(RolloutEngine):
+class RandomWalker(TextPolicy):
     """A sampling text-game target (test double): replies ``ACTION: <command>`` with a command
     drawn by the request seed from the last ``AVAILABLE ACTIONS:`` list in its context."""
 
     def __init__(self, tokenizer, version: int = 1):
-        self.tok = tokenizer
-        self.version = version
-        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    @property
-    def weight_version(self):
-        return self.version
-
-    async def end_episode(self, episode_id):
-        pass
+        super().__init__(tokenizer, version)
 
     async def generate(self, request):
         text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
         line = text.rsplit("AVAILABLE ACTIONS:", 1)[-1].split("<|im_end|>")[0]
         options = [a.strip() for a in line.split(",") if a.strip()] or ["look"]
-        rng = random.Random(request.params.seed)
-        ids = self.tok.encode("ACTION: " + rng.choice(options), add_special_tokens=False)
-        ids = ids[: request.params.max_new_tokens - 1] + [self.im_end]
-        return GenerateResult(request.request_id, ids, [-0.1] * len(ids), FINISH_STOP,
-                              self.version)
+        return self.result(request, "ACTION: " + random.Random(request.params.seed).choice(
+            options))
