@@ -299,6 +299,7 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
     check_pairing(target, env_name, baseline, tasks)
     proto = {k: kw[k] for k in ("require_code_hook_only", "response_protocol") if k in kw}
     first: dict[str, int] = {}
+    pid_of: dict[int, str] = {}
     results: list[Optional[PatchEvaluation]] = [None] * len(responses)
     todo: list[tuple[int, Patch]] = []
     for i, r in enumerate(responses):
@@ -308,7 +309,7 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
                                          baseline={t: baseline.mean(t) for t in
                                                    [x.task_id for x in tasks]})
             continue
-        pid = v.patch.patch_id
+        pid = pid_of[i] = v.patch.patch_id
         if pid in first:
             continue
         first[pid] = i
@@ -323,10 +324,9 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
                                      for _, p in todo))
     for (i, _), ev in zip(todo, evs):
         results[i] = ev
-    for i, r in enumerate(responses):
+    for i in range(len(responses)):
         if results[i] is None:
-            pid = validate_patch(r, env_name=env_name, **proto).patch.patch_id
-            j = first[pid]
+            j = first[pid_of[i]]
             results[i] = dataclasses.replace(results[j], duplicate_of=j, episodes=0)
     rewards = np.asarray([e.reward for e in results], np.float32)
     scored = np.asarray([e.scored for e in results], bool)
