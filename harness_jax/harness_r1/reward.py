@@ -154,11 +154,15 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
                           response_protocol: str = "free", tokenizer=None,
                           harness: Optional[HarnessSpec] = None,
                           concurrency: Optional[int] = None, store=None,
-                          reward_context: Optional[dict] = None) -> PatchEvaluation:
+                          reward_context: Optional[dict] = None,
+                          dry_run_contexts: Optional[Sequence[dict]] = None) -> PatchEvaluation:
     """Validates ``patch_text`` (a patch dict, its JSON, or the engineer's raw reply), reruns
     the frozen target on the baseline's episodes of ``tasks`` with it installed, and returns
     the reward (module docstring). ``harness`` reruns under another harness (the baseline's by
-    default; a ReAct/Self-Refine comparison); ``reward_context`` adds keys to the cache key."""
+    default; a ReAct/Self-Refine comparison); ``reward_context`` adds keys to the cache key;
+    ``dry_run_contexts`` (hook contexts recorded with ``ExecutorConfig(record_hook_contexts=
+    True)``) rejects a patch that would change nothing on them before any rerun (a cheap early
+    no-op check; the rerun's own no-op rule applies regardless)."""
     if eval_attempts < 1:
         raise ValueError(f"eval_attempts must be >= 1, got {eval_attempts}")
     target = as_target(target, tokenizer)
@@ -168,6 +172,13 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
     res = validate_patch(patch_text, env_name=env_name,
                          require_code_hook_only=require_code_hook_only,
                          response_protocol=response_protocol)
+    if res.ok and dry_run_contexts is not None:
+        from harness_jax.harness.overlay import reject_runtime_noop
+
+        msg = reject_runtime_noop(res.patch, dry_run_contexts, env_name=env_name)
+        if msg:
+            return PatchEvaluation(0.0, True, True, [msg], patch_id=res.patch.patch_id,
+                                   noop=True, baseline=base_means)
     if not res.ok:
         return PatchEvaluation(0.0, False, False, list(res.errors), baseline=base_means)
     patch = res.patch

@@ -151,6 +151,25 @@ def test_k_samples_duplicates_evaluated_once_and_cached(world, qwen_tok, tmp_pat
     assert policy.calls > before
 
 
+def test_delta_b_by_episode():
+    base = {"a": {"a#0": 0.0, "a#1": 1.0}, "b": {"b#0": 1.0}}
+    assert harness_r1.delta_b(base, {"a": {"a#0": 1.0, "a#1": 1.0}, "b": {"b#0": 0.0}}) == \
+        ((0.5 - 1.0) / 2, True)
+    assert harness_r1.delta_b(base, {"a": {"a#0": 1.0, "a#1": None}, "b": {"b#0": 1.0}}) == \
+        (0.0, False)
+    with pytest.raises(ValueError, match="empty baseline"):
+        harness_r1.delta_b({}, {})
+
+
+def test_dry_run_rejects_a_noop_before_any_rerun(world, qwen_tok):
+    tasks, policy, target, base = world
+    ctxs = [{"hook": "on_post_step", "ctx": {"turn": 1, "observation": "x"}, "episode": "e"}]
+    calls = policy.calls
+    e = ev(world, NEVER, tokenizer=qwen_tok, dry_run_contexts=ctxs)
+    assert e.noop and e.reward == 0.0 and e.episodes == 0 and policy.calls == calls
+    assert "runtime no-op" in e.errors[0]
+
+
 def test_advantages():
     # all equal: a zero-variance packet, exactly zero advantages
     a, zv = harness_r1.group_advantages_K([0.2, 0.2, 0.2, 0.2])
