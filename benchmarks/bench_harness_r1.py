@@ -24,8 +24,8 @@ import time
 from harness_jax import harness_r1
 from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.presets import base_harness
-from harness_jax.harness.reward import RewardCache
-from harness_jax.harness.tokenizer import load_tokenizer
+from harness_jax.harness_r1.reward import RewardCache
+from harness_jax.sampling.tokenizer import load_tokenizer
 from harness_jax.harness_r1.engineers import RuleBasedEngineer
 from harness_jax.harness_r1.pool import EvaluationPool
 

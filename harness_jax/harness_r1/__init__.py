@@ -23,7 +23,8 @@ from harness_jax.harness_r1.packets import (PACKET_SPLITS, Packet, PacketDataset
 from harness_jax.harness_r1.prompt import (PROMPT_VERSION, RESPONSE_PROTOCOL, SYSTEM_PROMPT,
                                            engineer_messages, engineer_prompt_ids,
                                            format_response, normalise_response, sft_example)
-from harness_jax.harness_r1.reward import (GroupEvaluation, PatchEvaluation, advantages_NK,
+from harness_jax.harness_r1.reward import (GroupEvaluation, PatchEvaluation, RewardCache,
+                                           advantages_NK,
                                            aevaluate_group, aevaluate_patch, delta_b,
                                            engineer_segments, evaluate_group, evaluate_patch, group_advantages_K)
 from harness_jax.harness_r1.targets import (ChatEngine, FrozenTarget, FrozenTargetError,
@@ -33,7 +34,7 @@ __all__ = [
     "Baseline", "BaselineCache", "ChatEngine", "EnvRef", "Engineer", "FixedPatchEngineer",
     "FrozenTarget", "FrozenTargetError", "GroupEvaluation", "ModelEngineer", "PACKET_SPLITS",
     "PROMPT_VERSION", "Packet", "PacketDataset", "PatchEvaluation", "PromptEngineer",
-    "RESPONSE_PROTOCOL", "RuleBasedEngineer", "SYSTEM_PROMPT", "TargetIdentity", "TargetSpec",
+    "RESPONSE_PROTOCOL", "RewardCache", "RuleBasedEngineer", "SYSTEM_PROMPT", "TargetIdentity", "TargetSpec",
     "advantages_NK", "aevaluate_group", "aevaluate_patch", "arun_baseline", "as_target",
     "baseline_key", "build_packet_dataset", "delta_b", "engineer_messages",
     "engineer_prompt_ids", "engineer_segments", "evaluate_group", "evaluate_patch", "extract_packet",

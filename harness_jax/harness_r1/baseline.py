@@ -35,7 +35,6 @@ from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_r1.targets import FrozenTarget, as_target
-from harness_jax.sampling.types import GenerateRequest, GenerateResult, RolloutEngine
 
 log = logging.getLogger(__name__)
 
@@ -239,27 +238,6 @@ class BaselineCache:
 # ------------------------------------------------------------------------------------------
 # Running keyed episodes (the paired-seed mechanism)
 # ------------------------------------------------------------------------------------------
-class _RunScoped(RolloutEngine):
-    """Gives one run's episodes their own engine cache keys: episodes are identified by their
-    sampling key (which seeds them), and two runs of the same keys may be in flight at once."""
-
-    def __init__(self, inner: RolloutEngine, tag: str):
-        self.inner = inner
-        self.tag = tag
-
-    @property
-    def weight_version(self) -> int:
-        return self.inner.weight_version
-
-    async def generate(self, request: GenerateRequest) -> GenerateResult:
-        if request.episode_id is not None:
-            request = dataclasses.replace(request, episode_id=f"{self.tag}/{request.episode_id}")
-        return await self.inner.generate(request)
-
-    async def end_episode(self, episode_id: str) -> None:
-        await self.inner.end_episode(f"{self.tag}/{episode_id}")
-
-
 def _task_statement(traj: Trajectory) -> Optional[str]:
     for rec in traj.hook_contexts:
         if rec.get("hook") == "on_init":
@@ -272,26 +250,22 @@ async def run_keyed(target: FrozenTarget, env: EnvRef, harness: HarnessSpec,
                     config: ExecutorConfig, tokenizer=None, overlay=None, attempts: int = 3,
                     run_tag: str = "", env_factory: Optional[Callable[[], Env]] = None,
                     ) -> tuple[dict, list[Trajectory], list[str], dict]:
-    """Runs one episode per ``(task, sampling_key)`` with the given overlay, retrying episodes
+    """Runs one episode per ``(task, sampling_key)`` with the given overlay
+    (``Executor.run_samples``: each turn seeded from ``(seed, key, turn)``), retrying episodes
     that end in infrastructure failures (at most ``attempts`` rounds, never "until positive").
 
     Returns ``(rewards, trajectories, errors, hook_effects)``: ``rewards[task][key]`` (None when
-    the episode never completed), the final trajectory of every sample (renamed
-    ``<run_tag>/<key>``, ``meta["sampling_key"]`` set, the task statement in
-    ``meta["task_statement"]``), the infrastructure errors seen, and the overlay's per-hook
-    effect counters summed over the run.
+    the episode never completed), the final trajectory of every sample (``run_id`` =
+    ``run_tag``, ``meta["sampling_key"]``, the task statement in ``meta["task_statement"]``),
+    the infrastructure errors seen, and the overlay's per-hook effect counters summed over the
+    run.
     """
     if attempts < 1:
         raise ValueError(f"attempts must be >= 1, got {attempts}")
     tag = run_tag or f"run-{uuid.uuid4().hex[:10]}"
     cfg = dataclasses.replace(config, seed=seed, record_hook_contexts=True)
-    ex = Executor(_RunScoped(target, tag), env_factory or env.make, harness, tokenizer=tokenizer,
+    ex = Executor(target, env_factory or env.make, harness, tokenizer=tokenizer,
                   overlay=overlay, config=cfg, run_id=tag, env_name=env.name)
-    sem = asyncio.Semaphore(cfg.concurrency)
-
-    async def one(task: Task, key: str) -> Trajectory:
-        async with sem:
-            return await ex.run_episode(task, episode_id=key, group_id=task.task_id)
 
     rewards: dict = {}
     for task, key in samples:
@@ -303,7 +277,7 @@ async def run_keyed(target: FrozenTarget, env: EnvRef, harness: HarnessSpec,
         for _ in range(attempts):
             if not todo:
                 break
-            trajs = await asyncio.gather(*(one(t, k) for t, k in todo))
+            trajs = await ex.run_samples(todo)
             again = []
             for (task, key), traj in zip(todo, trajs):
                 final[key] = traj
@@ -322,11 +296,8 @@ async def run_keyed(target: FrozenTarget, env: EnvRef, harness: HarnessSpec,
         traj = final[key]
         statement = _task_statement(traj)
         traj.hook_contexts = []
-        traj.meta["sampling_key"] = key
-        traj.meta["sampling_seed"] = seed
         if statement is not None:
             traj.meta["task_statement"] = statement
-        traj.episode_id = f"{tag}/{key}"
         out.append(traj)
     return rewards, out, errors, effects
 

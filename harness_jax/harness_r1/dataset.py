@@ -124,7 +124,7 @@ def _json_arg(text: Optional[str], flag: str) -> dict:
 def cmd_packets(args) -> dict:
     from harness_jax.harness.presets import base_harness
     from harness_jax.harness.specs import HarnessSpec
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.sampling.tokenizer import load_tokenizer
     from harness_jax.harness_r1.baseline import BaselineCache, EnvRef
     from harness_jax.harness_r1.packets import build_packet_dataset
     from harness_jax.harness_r1.targets import TargetSpec
@@ -176,7 +176,7 @@ def make_teacher(args):
 
 
 def cmd_sft(args) -> dict:
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.sampling.tokenizer import load_tokenizer
 
     ds = PacketDataset(args.packets)
     packets = ds.load(args.split)

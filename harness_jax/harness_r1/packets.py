@@ -7,15 +7,15 @@ estimated as characters / 4, as the published packets do):
 
 * a header: benchmark, batch size, baseline success, failures and how many are included;
 * the runtime constraints the engineer must respect (turn limit, protocol, tools), when known;
-* the engineer instructions (``harness.packets.INSTRUCTIONS``);
+* the engineer instructions (``INSTRUCTIONS``);
 * per included failure: the task category, the outcome (final reward, status, turns), the end
   state (the agent's final answer, rounds, status; never gold labels), the runtime signals, the
-  task statement and the transcript (``harness.packets.render_trace``: assistant text, tool
+  task statement and the transcript (``harness.traces.render_transcript``: assistant text, tool
   calls, harness interventions, parse errors, observations, each truncated).
 
 Selection is round-robin across tasks (one failure of each task before a second of any), tasks
 and episodes in sorted order, so the same trajectories always give the same packet, whatever
-order they come in. IDs and absolute paths are masked (``harness.packets.sanitize``).
+order they come in. IDs and absolute paths are masked (``harness.traces.sanitize``).
 ``packet.features`` are counters over the failures that the offline rule-based engineer reads.
 
 Splits: packet ``train`` / ``validation`` / ``held_out`` come from the environments' own splits
@@ -34,13 +34,21 @@ import re
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from harness_jax.harness.packets import INSTRUCTIONS, runtime_signals, sanitize
 from harness_jax.harness.specs import truncate_text
+from harness_jax.harness.traces import render_transcript, runtime_signals, sanitize
 from harness_jax.harness.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
 PACKET_FORMAT = "harness-r1-packet-v1"
+INSTRUCTIONS = (
+    "## Engineer instructions\n"
+    "- Infer the recurring failure modes across these traces; fix causes, not single episodes.\n"
+    "- Do not encode product ids, instance ids, task indices or answers in the patch.\n"
+    "- Prefer auditable typed actions and small code hooks; hard-block only on conditions the "
+    "runtime can observe.\n"
+    "- Answer with reasoning, then one <patch>{...}</patch> JSON block "
+    "(schema_version harness-r1-patch-v1).")
 PACKET_SPLITS = {"train": "train", "validation": "search", "held_out": "selection"}
 # Evaluation fields that describe the end state without revealing the gold answer.
 END_STATE_FIELDS = ("status", "answer", "rounds", "steps", "game_score")
@@ -140,8 +148,8 @@ def _end_state(traj: Trajectory) -> str:
 
 def render_failure(traj: Trajectory, index: int) -> str:
     """One failure's block: outcome, end state, runtime signals, the task statement, then the
-    transcript (assistant text without its reasoning, 600 chars; the action sent, or the tool
-    call; harness interventions; parse errors; observations middle-truncated to 1,200 chars)."""
+    transcript (``harness.traces.render_transcript``, the assistant text left out when it is
+    exactly the text action sent)."""
     lines = [f"### Failure {index}", f"- task category: {traj.meta.get('category') or '-'}",
              f"- outcome: reward {float(traj.reward):.3f}, status {traj.status}, "
              f"{len(traj.turns)} turn(s)"]
@@ -155,34 +163,7 @@ def render_failure(traj: Trajectory, index: int) -> str:
     statement = traj.meta.get("task_statement")
     if statement:
         lines.append("TASK: " + truncate_text(sanitize(statement), 1200))
-    for ev in traj.turns:
-        text = chat_content(ev.raw_text)
-        acts = ev.action or []
-        if text and not (len(acts) == 1 and isinstance(acts[0], str)
-                         and acts[0].strip() == text):
-            lines.append("ASSISTANT: " + truncate_text(sanitize(text), 600, "head"))
-        for a in acts:
-            if isinstance(a, dict):
-                lines.append(f"TOOL_CALL: {a.get('name')} "
-                             + sanitize(json.dumps(a.get("arguments"), ensure_ascii=False)))
-            else:
-                lines.append("ACTION: " + truncate_text(sanitize(str(a)), 600, "head"))
-        for iv in ev.interventions:
-            lines.append(f"HARNESS[{iv['hook']}/{iv['source']}]: "
-                         + sanitize(json.dumps(iv["result"], ensure_ascii=False))[:300])
-        if ev.parse_errors:
-            lines.append("PARSE_ERROR: " + sanitize("; ".join(ev.parse_errors))[:300])
-        if ev.observation:
-            lines.append("OBSERVATION: " + truncate_text(sanitize(ev.observation), 1200))
-    return "\n".join(lines)
-
-
-def chat_content(raw: str) -> str:
-    """An assistant turn's visible text: reasoning and tool-call blocks removed."""
-    text = raw or ""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    return re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip()
+    return "\n".join(lines + render_transcript(traj, dedupe_text_actions=True))
 
 
 def _constraints_text(constraints: Optional[dict]) -> str:

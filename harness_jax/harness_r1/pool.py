@@ -30,8 +30,8 @@ _WORKER: dict = {}
 
 
 def _init_worker(spec: dict, tokenizer_path: Optional[str], cache_dir: Optional[str]) -> None:
-    from harness_jax.harness.reward import RewardCache
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.harness_r1.reward import RewardCache
+    from harness_jax.sampling.tokenizer import load_tokenizer
 
     tok = load_tokenizer(tokenizer_path) if tokenizer_path else load_tokenizer()
     _WORKER["tokenizer"] = tok

@@ -51,7 +51,7 @@ def engineer_messages(packet) -> list[dict]:
 
 def engineer_prompt_text(packet) -> str:
     """The rendered prompt (Qwen3.5 chat format, thinking on: ends with ``<think>\\n``)."""
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
 
     return chat.render_messages(engineer_messages(packet), enable_thinking=True)
 

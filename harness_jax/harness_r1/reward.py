@@ -15,7 +15,7 @@ runs are paired per episode. Zero rewards:
   the group statistics (an infrastructure failure is never a task failure, and never a lesson
   for the engineer).
 
-Evaluations are cached content-addressed (``harness.reward.RewardCache``): the key hashes the
+Evaluations are cached content-addressed (``RewardCache``, file-locked JSON): the key hashes the
 normalised patch, the task ids, the baseline's fingerprint, the target identity, the environment,
 the harness and the executor settings. K samples of one packet are parsed, validated and
 installed independently; identical normalised patches are evaluated once; the distinct ones run
@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
+import hashlib
+import json
+import os
 import time
 import uuid
 from typing import Any, Optional, Sequence
@@ -34,13 +38,49 @@ import numpy as np
 from harness_jax.envs.base import Task
 from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.patches import Patch
-from harness_jax.harness.reward import RewardCache
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_r1.baseline import Baseline, EnvRef, run_keyed, run_sync
 from harness_jax.harness_r1.targets import FrozenTarget, TargetIdentity, as_target
 
 REWARD_PROTOCOL = "harness-r1-reward-v1"
+
+
+class RewardCache:
+    """JSON files under ``root`` keyed by a hash of everything that determines a reward; writes
+    are atomic and file-locked, so pool workers and several runs can share one cache."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+
+    @staticmethod
+    def key(patch: dict, task_ids: Sequence[str], reward_context: dict) -> str:
+        blob = json.dumps({"protocol": REWARD_PROTOCOL, "patch": patch,
+                           "tasks": list(task_ids), "context": reward_context},
+                          sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:40]
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, key[:2], key + ".json")
+
+    def get(self, key: str) -> Optional[dict]:
+        p = self._path(key)
+        if not os.path.exists(p):
+            return None
+        with open(p, encoding="utf-8") as f:
+            return json.load(f)
+
+    def put(self, key: str, value: dict) -> None:
+        p = self._path(key)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            tmp = f"{p}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(value, f)
+            os.replace(tmp, p)
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclasses.dataclass

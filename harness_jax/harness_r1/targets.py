@@ -321,7 +321,7 @@ def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"TargetSpec.options.dtype: {dtype!r}; use 'float32' or 'bfloat16'")
     if tokenizer is None:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(o.get("tokenizer_path") or spec.model)
     model = qwen3_5.load_hf(spec.model, dtype=dtype)
@@ -359,7 +359,7 @@ def _build_chat(spec: TargetSpec, tokenizer) -> FrozenTarget:
 
     o = spec.options
     if tokenizer is None:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(o.get("tokenizer_path"))
     cfg = ChatClientConfig(
@@ -447,7 +447,7 @@ def parse_chatml(text: str) -> tuple[list[dict], list[dict], bool]:
     tool calls become structured ``tool_calls`` (ids ``call_<turn>_<j>``) and the next user
     turn's ``<tool_response>`` blocks become ``tool`` messages answering them.
     """
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
 
     parts = text.split(chat.IM_START)
     if parts[0].strip():
@@ -515,7 +515,7 @@ def parse_chatml(text: str) -> tuple[list[dict], list[dict], bool]:
 def reply_text(content: str, tool_calls: Sequence[dict], reasoning: str = "",
                thinking: bool = False) -> str:
     """An endpoint's reply in the Qwen3.5 text the executor parses (tool calls as XML)."""
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
 
     parts = []
     for c in tool_calls:
@@ -582,7 +582,7 @@ class ChatEngine(RolloutEngine):
         text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
         messages, tools, thinking = parse_chatml(text)
         if self.tool_mode == "text":
-            from harness_jax.harness import chat
+            from harness_jax.sampling import chat
 
             body = text.split(chat.IM_START)
             messages = []

@@ -29,7 +29,7 @@ import time
 from typing import Callable, Mapping, Optional, Sequence
 
 from harness_jax.envs.base import Task
-from harness_jax.harness.packets import render_trace
+from harness_jax.harness.traces import render_trace
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_s.coverage import coverage_select, joint_coverage

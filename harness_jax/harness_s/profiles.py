@@ -21,7 +21,7 @@ import collections
 import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
-from harness_jax.harness.packets import render_trace
+from harness_jax.harness.traces import render_trace
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_s.rootcause import episode_signals, extract_root_cause
 

@@ -41,7 +41,7 @@ import math
 import re
 from typing import Any, Iterable, Optional, Sequence
 
-from harness_jax.harness.packets import render_trace, runtime_signals
+from harness_jax.harness.traces import render_trace, runtime_signals
 from harness_jax.harness.trajectory import Trajectory
 
 LABELS = {

@@ -43,7 +43,7 @@ import numpy as np
 
 from harness_jax.config_validation import ConfigValidationError, Problem
 from harness_jax.envs.base import content_hash
-from harness_jax.harness.packets import render_trace
+from harness_jax.harness.traces import render_trace
 from harness_jax.harness_s.config import (RouterConfig, VoterSpec, router_config_dict,
                                           router_config_problems)
 from harness_jax.harness_s.features import (SuccessModel, as_trajectory, episode_features,

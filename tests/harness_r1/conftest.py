@@ -4,6 +4,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def qwen_tok():
-    from harness_jax.harness.tokenizer import load_tokenizer
+    from harness_jax.sampling.tokenizer import load_tokenizer
 
     return load_tokenizer()

@@ -133,7 +133,7 @@ def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p
     """``TargetSpec(kind="factory")`` entry point: the scripted policy over the generated
     DBBench tasks of ``dbbench_batch(seed, n, categories)`` (rebuilt in worker processes)."""
     if tokenizer is None:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer()
     return SeededDBBenchPolicy(tokenizer, item_index(dbbench_batch(seed, n, categories)),
@@ -230,7 +230,7 @@ def make_split_policy(tokenizer=None, *, sizes=None, categories=None, seed: int 
     from harness_jax.envs import registry
 
     if tokenizer is None:
-        from harness_jax.harness.tokenizer import load_tokenizer
+        from harness_jax.sampling.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer()
     items = {}

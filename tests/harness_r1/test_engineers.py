@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness_jax import harness_r1
-from harness_jax.harness import chat
+from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.presets import base_harness
 from harness_jax.harness_r1 import dataset, prompt

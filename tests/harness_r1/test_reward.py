@@ -10,7 +10,7 @@ import pytest
 from harness_jax import harness_r1
 from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.presets import base_harness
-from harness_jax.harness.reward import RewardCache
+from harness_jax.harness_r1.reward import RewardCache
 from tests.harness_r1.doubles import SeededDBBenchPolicy, dbbench_batch, item_index
 
 ENV = harness_r1.EnvRef("dbbench", {"engine": "sqlite", "protocol": "text"})

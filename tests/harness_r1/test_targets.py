@@ -106,7 +106,7 @@ def test_bad_specs_name_the_field(kw, field):
 
 
 def test_chatml_round_trip_with_tools(qwen_tok):
-    from harness_jax.harness import chat
+    from harness_jax.sampling import chat
 
     tools = [{"type": "function", "function": {"name": "execute_sql", "parameters": {
         "type": "object", "properties": {"query": {"type": "string"}}}}}]

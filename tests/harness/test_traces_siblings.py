@@ -1,4 +1,5 @@
-"""Failure packets (deterministic, sanitised, budgeted) and Harness-S sibling pools."""
+"""Episode traces as text (sanitised, with runtime signals; the Harness-R1 packets built on them
+are tested in tests/harness_r1) and Harness-S sibling pools."""
 import asyncio
 
 import pytest
@@ -6,7 +7,7 @@ import pytest
 from harness_jax.envs.base import Task
 from harness_jax.sampling import chat
 from harness_jax.harness.executor import ExecutorConfig, run_episodes
-from harness_jax.harness.packets import baseline_rewards, build_failure_packet, sanitize
+from harness_jax.harness.traces import render_trace, render_transcript, sanitize
 from harness_jax.harness.siblings import Sibling, load_pool, save_pool
 from harness_jax.harness.specs import ExecutionRules, HarnessSpec
 from harness_jax.harness.validation import validate_patch
@@ -28,22 +29,16 @@ def trajs(qwen_tok):
                                     tokenizer=qwen_tok, config=ExecutorConfig(concurrency=1)))
 
 
-def test_packet_selects_sanitises_and_counts(trajs):
+def test_traces_are_sanitised_with_signals(trajs):
     assert [t.success for t in trajs] == [True, False, False]
-    p = build_failure_packet(trajs, "toy", source_run="/root/runs/x")
-    assert p.num_candidates == 2 and len(p.included) == 2
-    assert trajs[0].episode_id not in p.included
-    assert "B07XJ8C8F5" not in p.text and "/home/u" not in p.text and "/root" not in p.text
-    assert "[PRODUCT_ID]" in p.text and "[PATH]" in p.text
-    assert "ASSISTANT_TOOL: submit" in p.text and "OBSERVATION: fact[" in p.text
-    assert "repeated_actions=1" in p.text and "tool:lookup=2" in p.text
-    assert p.text.startswith("# Harness-R1 Direct Failure Trace Packet")
-    # deterministic and bounded
-    assert build_failure_packet(list(reversed(trajs)), "toy", source_run="/root/runs/x").text == p.text
-    small = build_failure_packet(trajs, "toy", token_budget=200)
-    assert len(small.included) == 1 and small.est_tokens < 260
-    assert len(build_failure_packet(trajs, "toy", max_traces=1).included) == 1
-    assert baseline_rewards(trajs).rewards[trajs[1].task_id] == {f"{trajs[1].task_id}#0": 0.0}
+    text = render_trace(trajs[1], 1, first_user="Question in /root/runs/x")
+    assert "B07XJ8C8F5" not in text and "/home/u" not in text and "/root" not in text
+    assert "[PRODUCT_ID]" in text and "[PATH]" in text
+    assert "ASSISTANT_TOOL: submit" in text and "OBSERVATION: fact[" in text
+    assert "repeated_actions=1" in text and "tool:lookup=2" in text
+    assert text.startswith("### Trace 1\n- final_reward: 0.000")
+    assert render_trace(trajs[1], 1) == render_trace(trajs[1], 1)
+    assert "\n".join(render_transcript(trajs[1])) in text
     assert sanitize("/tmp/a/b and /tmpfile") == "[PATH] and /tmpfile"
 
 
