@@ -23,7 +23,7 @@ import json
 import uuid
 from typing import Optional, Protocol, Sequence
 
-from harness_jax.harness_r1.packets import ENV_PROFILES, Packet
+from harness_jax.harness_r1.packets import Packet, env_profile
 from harness_jax.harness_r1.prompt import (engineer_messages, engineer_prompt_ids,
                                            format_response, normalise_response)
 
@@ -53,6 +53,15 @@ ENV_TEXTS: dict[str, dict] = {
                    "function": ("Call execute_sql with one statement at a time, then "
                                 "commit_final_answer with the answer values.")},
     },
+    "webshop": {
+        "inspect": ("Do not buy yet: open the item page and check every attribute the "
+                    "instruction asks for (options, size, colour, price) first."),
+        "answer": ("Choose the options the instruction asks for on the item page before "
+                   "clicking Buy Now; respect the price limit."),
+        "format": {"text": "End your reply with 'Action:' and one action, e.g. search[...] or "
+                           "click[...], using only the available actions.",
+                   "function": "Call search_action or click_action with exactly one value."},
+    },
     "alfworld": {
         "inspect": "Look around and open receptacles before deciding where the object is.",
         "answer": ("Work through the goal step by step: find the object, take it, process it "
@@ -77,10 +86,14 @@ def _texts(env: str, protocol: Optional[str]) -> dict:
 
 
 def _final_helper(env: str) -> str:
-    prof = ENV_PROFILES.get(env, {"final_tools": (), "final_text": None})
+    """Hook helper ``final(ctx)``: whether the proposed action commits the answer."""
+    prof = env_profile(env)
     lines = ["def final(ctx):", "    a = ctx.action", "    if a is None:", "        return False",
-             f"    if str(a.name or '') in {list(prof['final_tools'])!r}:",
-             "        return True"]
+             f"    tools = {dict(prof['final_tools'])!r}",
+             "    name = str(a.name or '')",
+             "    if name in tools:",
+             "        pat = tools[name]",
+             "        return pat is None or re.search(pat, str(a.arguments), re.I) is not None"]
     if prof["final_text"]:
         lines.append(f"    return re.search({prof['final_text']!r}, str(a.text or ''), re.I) "
                      "is not None")
@@ -161,9 +174,9 @@ class RuleBasedEngineer:
         texts = _texts(packet.env_name, protocol)
         out = []
         for name, triggers, hook, body in _fixes(packet.env_name, texts):
+            prof = env_profile(packet.env_name)
             if name in ("inspect_before_answer", "no_answer_after_error") and not (
-                    ENV_PROFILES.get(packet.env_name, {}).get("final_tools")
-                    or ENV_PROFILES.get(packet.env_name, {}).get("final_text")):
+                    prof["final_tools"] or prof["final_text"]):
                 continue                      # no final-answer action in this benchmark
             if sum(modes.get(m, 0) for m in triggers) >= self.min_count:
                 out.append((name, hook, body))

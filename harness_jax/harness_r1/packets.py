@@ -54,26 +54,32 @@ PACKET_SPLITS = {"train": "train", "validation": "search", "held_out": "selectio
 END_STATE_FIELDS = ("status", "answer", "rounds", "steps", "game_score")
 TRUNCATED = "\n[... trace truncated to fit the packet budget ...]"
 
-# Per-benchmark facts the feature counters and the rule-based engineer use: which actions end an
-# episode with an answer (tool names / a regex over text actions).
+# Per-benchmark facts the feature counters and the rule-based engineer use: which actions commit
+# the episode's answer. ``final_tools``: tool name -> regex its JSON arguments must match (None:
+# any call); ``final_text``: regex over a text action.
 ENV_PROFILES: dict[str, dict] = {
-    "dbbench": {"final_tools": ("commit_final_answer",), "final_text": r"Action:\s*Answer"},
-    "alfworld": {"final_tools": (), "final_text": None},
-    "webshop": {"final_tools": (), "final_text": r"click\[\s*buy now\s*\]"},
+    "dbbench": {"final_tools": {"commit_final_answer": None}, "final_text": r"Action:\s*Answer"},
+    "alfworld": {"final_tools": {}, "final_text": None},
+    "webshop": {"final_tools": {"click_action": r"buy now"},
+                "final_text": r"click\[\s*buy now\s*\]"},
 }
 _ERROR_WORDS = re.compile(r"error|exception|invalid|not found|failed|unknown column|no such",
                           re.I)
 
 
 def env_profile(env_name: str) -> dict:
-    return ENV_PROFILES.get(env_name, {"final_tools": (), "final_text": None})
+    return ENV_PROFILES.get(env_name, {"final_tools": {}, "final_text": None})
 
 
 def is_final_action(action: Any, env_name: str) -> bool:
     """Whether an action (JSON form) commits the episode's answer in ``env_name``."""
     prof = env_profile(env_name)
     if isinstance(action, dict):
-        return action.get("name") in prof["final_tools"]
+        if action.get("name") not in prof["final_tools"]:
+            return False
+        pattern = prof["final_tools"][action["name"]]
+        args = json.dumps(action.get("arguments"), ensure_ascii=False)
+        return pattern is None or re.search(pattern, args, re.I) is not None
     if isinstance(action, str) and prof["final_text"]:
         return re.search(prof["final_text"], action, re.I) is not None
     return False

@@ -174,3 +174,16 @@ def test_packet_dataset_from_environment_splits(qwen_tok, tmp_path):
     with pytest.raises(ValueError, match="unknown packet split"):
         harness_r1.build_packet_dataset(target, env, base_harness("dbbench", "text"),
                                         str(tmp_path / "ds4"), batches={"dev": 1})
+
+
+def test_final_actions_per_benchmark():
+    from harness_jax.harness_r1.packets import is_final_action
+
+    assert is_final_action({"name": "commit_final_answer", "arguments": {"answers": []}},
+                           "dbbench")
+    assert is_final_action('Action: Answer\nFinal Answer: ["1"]', "dbbench")
+    assert not is_final_action("Action: Operation\n```sql\nSELECT 1;\n```", "dbbench")
+    assert is_final_action({"name": "click_action", "arguments": {"value": "Buy Now"}}, "webshop")
+    assert not is_final_action({"name": "click_action", "arguments": {"value": "B0X"}}, "webshop")
+    assert is_final_action("Thought: ok\nAction:\nclick[Buy Now]", "webshop")
+    assert not is_final_action("ACTION: go to desk 1", "alfworld")
