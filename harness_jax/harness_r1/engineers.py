@@ -23,9 +23,12 @@ import json
 import uuid
 from typing import Optional, Protocol, Sequence
 
+from harness_jax.harness.validation import validate_patch
+from harness_jax.harness_r1.baseline import run_sync
 from harness_jax.harness_r1.packets import Packet, env_profile
 from harness_jax.harness_r1.prompt import (engineer_messages, engineer_prompt_ids,
                                            format_response, normalise_response)
+from harness_jax.sampling.types import GenerateRequest, SamplingParams
 
 SCHEMA = "harness-r1-patch-v1"
 ERROR_RE = r"error|exception|invalid|not found|failed|unknown column|no such"
@@ -273,8 +276,6 @@ class ModelEngineer:
         self.last: list = []              # (prompt_ids, GenerateResult) of the last call
 
     async def apropose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
-        from harness_jax.sampling.types import GenerateRequest, SamplingParams
-
         ids = engineer_prompt_ids(packet, self.tok)
         stops = tuple(self.tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
         reqs = [GenerateRequest(ids, SamplingParams(
@@ -287,8 +288,6 @@ class ModelEngineer:
                                 skip_special_tokens=False) for r in results]
 
     def propose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
-        from harness_jax.harness_r1.baseline import run_sync
-
         return run_sync(self.apropose(packet, k, seed), "ModelEngineer.propose")
 
 
@@ -336,8 +335,6 @@ def react_harness(harness):
 
 def patch_of(response: str, env_name: str) -> Optional[dict]:
     """The normalised patch dict of a response (None when invalid)."""
-    from harness_jax.harness.validation import validate_patch
-
     res = validate_patch(response, env_name=env_name)
     return res.patch.to_dict() if res.ok else None
 

@@ -34,9 +34,12 @@ import re
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
 
+from harness_jax.envs.base import Task
 from harness_jax.harness.specs import truncate_text
 from harness_jax.harness.traces import render_transcript, runtime_signals, sanitize
 from harness_jax.harness.trajectory import Trajectory
+from harness_jax.harness_r1.baseline import EnvRef, run_baseline
+from harness_jax.harness_r1.targets import TargetIdentity, as_target
 
 log = logging.getLogger(__name__)
 
@@ -314,8 +317,6 @@ def packet_from_baseline(baseline, budget_tokens: int, *, split: str = "", **kw)
 
 
 def _target_key(target: dict) -> str:
-    from harness_jax.harness_r1.targets import TargetIdentity
-
     return TargetIdentity.from_dict(target).key
 
 
@@ -366,8 +367,6 @@ class PacketDataset:
 
     def tasks(self, split: Optional[str] = None) -> dict:
         """task id -> ``Task`` over one split (or all)."""
-        from harness_jax.envs.base import Task
-
         out = {}
         for s in ([split] if split else self.splits()):
             p = self.path(s).replace("packets-", "tasks-")
@@ -428,8 +427,6 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
     Batches without a failure give no packet (counted in the manifest).
     """
     from harness_jax.envs import registry
-    from harness_jax.harness_r1.baseline import EnvRef, run_baseline
-    from harness_jax.harness_r1.targets import as_target
 
     target = as_target(target, tokenizer)
     env = EnvRef.of(env)

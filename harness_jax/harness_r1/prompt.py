@@ -16,6 +16,7 @@ import re
 from typing import Any, Optional, Sequence
 
 from harness_jax.harness.validation import validate_patch
+from harness_jax.sampling import chat
 
 PROMPT_VERSION = "harness-r1-engineer-prompt-v1"
 RESPONSE_PROTOCOL = "prefill_think_patch"
@@ -51,8 +52,6 @@ def engineer_messages(packet) -> list[dict]:
 
 def engineer_prompt_text(packet) -> str:
     """The rendered prompt (Qwen3.5 chat format, thinking on: ends with ``<think>\\n``)."""
-    from harness_jax.sampling import chat
-
     return chat.render_messages(engineer_messages(packet), enable_thinking=True)
 
 

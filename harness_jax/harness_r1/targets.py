@@ -34,6 +34,7 @@ import logging
 import os
 from typing import Any, Optional, Sequence
 
+from harness_jax.sampling import chat
 from harness_jax.sampling.types import GenerateRequest, GenerateResult, RolloutEngine
 
 log = logging.getLogger(__name__)
@@ -447,8 +448,6 @@ def parse_chatml(text: str) -> tuple[list[dict], list[dict], bool]:
     tool calls become structured ``tool_calls`` (ids ``call_<turn>_<j>``) and the next user
     turn's ``<tool_response>`` blocks become ``tool`` messages answering them.
     """
-    from harness_jax.sampling import chat
-
     parts = text.split(chat.IM_START)
     if parts[0].strip():
         raise ValueError("parse_chatml: text before the first <|im_start|>")
@@ -515,8 +514,6 @@ def parse_chatml(text: str) -> tuple[list[dict], list[dict], bool]:
 def reply_text(content: str, tool_calls: Sequence[dict], reasoning: str = "",
                thinking: bool = False) -> str:
     """An endpoint's reply in the Qwen3.5 text the executor parses (tool calls as XML)."""
-    from harness_jax.sampling import chat
-
     parts = []
     for c in tool_calls:
         args = c.get("arguments")
@@ -582,8 +579,6 @@ class ChatEngine(RolloutEngine):
         text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
         messages, tools, thinking = parse_chatml(text)
         if self.tool_mode == "text":
-            from harness_jax.sampling import chat
-
             body = text.split(chat.IM_START)
             messages = []
             for p in body[1:-1]:
