@@ -39,8 +39,11 @@ from harness_jax.harness_r1.targets import FrozenTarget, as_target
 log = logging.getLogger(__name__)
 
 CACHE_PROTOCOL = "harness-r1-baseline-v1"
-# ExecutorConfig fields that do not change what an episode does (left out of cache keys).
-NON_BEHAVIOUR_EXECUTOR_FIELDS = ("concurrency", "record_hook_contexts")
+# ExecutorConfig fields that do not change what a completed episode does (left out of cache
+# keys): parallelism, recording, hook-worker counts, and retries (they only decide whether an
+# episode completes; incomplete baselines are never cached).
+NON_BEHAVIOUR_EXECUTOR_FIELDS = ("concurrency", "record_hook_contexts", "overlay_workers",
+                                 "infra_retries")
 
 
 def _canon(obj: Any) -> str:

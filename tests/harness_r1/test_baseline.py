@@ -61,9 +61,10 @@ def test_cache_hits_and_misses(world, qwen_tok, tmp_path):
         keys.add(res.key)
     assert len(keys) == len(variants) + 1
     assert cache.hits == 1 and cache.misses == len(variants) + 1
-    # concurrency is not part of the identity (it does not change episodes)
+    # concurrency and retries are not part of the identity (they do not change episodes)
     same = harness_r1.run_baseline(target, ENV, tasks, H, seed=0, n_per_task=2,
-                                   config=dataclasses.replace(CFG, concurrency=2),
+                                   config=dataclasses.replace(CFG, concurrency=2,
+                                                              infra_retries=1),
                                    tokenizer=qwen_tok, cache=cache)
     assert same.cached
 
