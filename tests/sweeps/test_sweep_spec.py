@@ -1,0 +1,141 @@
+"""Sweep expansion: the hyper helpers, run names, config resolution through the launcher's own flag
+parser, the run-directory layout on disk, and refusals (bad paths, wrong types, changed configs,
+a second driver). No launcher process is started here."""
+import json
+import os
+
+import pytest
+
+from harness_jax.sweeps import hyper, rundir, runner
+from harness_jax.sweeps.local import LocalBackend
+from harness_jax.sweeps.spec import SweepError, config_diff
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "tests", "sweeps", "sweep_config.py")
+
+
+def _write_config(tmp_path, sweeps_src):
+    p = tmp_path / "cfg.py"
+    p.write_text(f"import importlib.util\nfrom harness_jax.sweeps import hyper\n"
+                 f"_s = importlib.util.spec_from_file_location('_b', {CONFIG!r})\n"
+                 f"_m = importlib.util.module_from_spec(_s); _s.loader.exec_module(_m)\n"
+                 f"get_config = _m.get_config\nSWEEPS = {sweeps_src}\n")
+    return str(p)
+
+
+def test_hyper_product_zip_chain():
+    runs = hyper.product(hyper.sweep("seed", [0, 1]), hyper.sweep("config.opt.lr", [1e-3, 3e-3]))
+    assert runs == [{"seed": 0, "opt.lr": 1e-3}, {"seed": 0, "opt.lr": 3e-3},
+                    {"seed": 1, "opt.lr": 1e-3}, {"seed": 1, "opt.lr": 3e-3}]
+    assert hyper.zip_(hyper.sweep("a", [1, 2]), hyper.sweep("b", [3, 4])) == [{"a": 1, "b": 3}, {"a": 2, "b": 4}]
+    assert len(hyper.chain(runs, hyper.fixed({"seed": 9}))) == 5
+    with pytest.raises(ValueError, match="set by two factors|set twice"):
+        hyper.product(hyper.sweep("seed", [0]), hyper.sweep("seed", [1]))
+    with pytest.raises(ValueError, match="different lengths"):
+        hyper.zip_(hyper.sweep("a", [1, 2]), hyper.sweep("b", [3]))
+    with pytest.raises(ValueError, match="dotted config path"):
+        hyper.sweep("rl..group_size", [1])
+
+
+def test_run_names_short_unique_and_safe():
+    runs = [{"seed": 0, "rl.top_k": 1, "rollout.top_k": 5, "env.name": "db bench/x"},
+            {"seed": 1, "rl.top_k": 1, "rollout.top_k": 5, "env.name": "db bench/x"},
+            {"seed": 1, "rl.top_k": 2, "rollout.top_k": 5, "env.name": "db bench/x"}]
+    names = hyper.run_names(runs)
+    # constant paths (rollout.top_k, env.name) are left out; rl.top_k keeps its prefix (ambiguous suffix)
+    assert names == ["seed=0,rl.top_k=1", "seed=1,rl.top_k=1", "seed=1,rl.top_k=2"]
+    assert hyper.run_names([{"env.name": "db bench/x"}]) == ["name=db_bench_x"]
+    long = hyper.run_names([{"a": "x" * 300}, {"a": "y"}])[0]
+    assert len(long) <= hyper.MAX_NAME and long[-9] == "-"
+    # identical readable names get the overrides' hash
+    twins = hyper.run_names([{"a": "x/y"}, {"a": "x_y"}])
+    assert twins[0] != twins[1] and twins[0].startswith("a=x_y-")
+
+
+def test_expand_resolves_through_the_launchers_flag_parser():
+    sw = runner.prepare(CONFIG, "grid", "/tmp/unused", repo_root=ROOT)
+    assert [r.name for r in sw.runs] == ["seed=0,lr=0.001", "seed=0,lr=0.003", "seed=1,lr=0.001",
+                                         "seed=1,lr=0.003", "seed=2,lr=0.001", "seed=2,lr=0.003"]
+    r = sw.runs[3]
+    assert r.config["seed"] == 1 and r.config["opt"]["lr"] == 3e-3
+    assert r.config["mesh"]["shape"] == [1, 1, 1, 1] and r.config["env"]["kwargs"]["engine"] == "sqlite"
+    assert r.config["num_steps"] == 3  # the config module's own value
+    assert "--config.mesh.shape=(1, 1, 1, 1)" in r.flags
+    assert sw.config_arg == "tests/sweeps/sweep_config.py" and sw.launcher == "launch/train.py"
+    argv = sw.argv(r)
+    assert argv[1:4] == ["launch/train.py", "--config=tests/sweeps/sweep_config.py",
+                         "--workdir=/tmp/unused/seed=1,lr=0.003"]
+
+
+@pytest.mark.parametrize("src,match", [
+    ("{'s': [{'rl.gruop_size': 4}]}", "gruop_size"),                 # misspelt path
+    ("{'s': [{'rl.group_size': 'four'}]}", "group_size"),            # wrong type
+    ("{'s': [{'seed': 0}, {'seed': 0}]}", "same overrides"),
+    ("{'s': []}", "non-empty"),
+    ("{}", "declares no sweeps"),
+])
+def test_bad_sweeps_fail_before_anything_runs(tmp_path, src, match):
+    cfg = _write_config(tmp_path, src)
+    with pytest.raises(SweepError, match=match):
+        runner.prepare(cfg, "s", str(tmp_path / "root"), repo_root=ROOT)
+    assert not (tmp_path / "root").exists()
+
+
+def test_unknown_sweep_lists_the_declared_ones():
+    with pytest.raises(SweepError, match=r"declares \['e2e', 'fails', 'grid'\]"):
+        runner.prepare(CONFIG, "nope", "/tmp/unused", repo_root=ROOT)
+
+
+def test_layout_written_and_changed_config_refused(tmp_path):
+    root = str(tmp_path / "sw")
+    sw = runner.prepare(CONFIG, "grid", root, repo_root=ROOT)
+    runner.write_manifest(sw, LocalBackend().describe())
+    for r in sw.runs:
+        runner.write_run(sw, r)
+    loaded = rundir.load_sweep(root)
+    assert loaded["sweep"]["name"] == "grid" and len(loaded["runs"]) == 6
+    run0 = loaded["runs"][0]
+    assert run0["status"]["state"] == "pending" and run0["spec"]["overrides"] == {"seed": 0, "opt.lr": 1e-3,
+                                                                                  "mesh.shape": [1, 1, 1, 1],
+                                                                                  "env.kwargs.engine": "sqlite"}
+    assert run0["config"]["opt"]["lr"] == 1e-3
+    code = loaded["sweep"]["code"]
+    assert len(code["commit"]) == 40 and isinstance(code["dirty"], bool)
+    # a started run whose config changed under it is refused (its checkpoint belongs to the old one)
+    d = sw.run_dir(sw.runs[0])
+    d.write_status({"state": "interrupted", "attempts": [{"attempt": 1, "backend": "local"}]})
+    cfg = json.load(open(d.file("config.json")))
+    cfg["rl"]["group_size"] = 99
+    rundir.write_json(d.file("config.json"), cfg)
+    with pytest.raises(SweepError, match=r"differs from today's at rl.group_size"):
+        runner.write_run(sw, sw.runs[0])
+    # a done one is kept, with a note
+    d.write_status({"state": "done", "attempts": [{"attempt": 1, "backend": "local"}]})
+    runner.write_run(sw, sw.runs[0])
+    assert any("rl.group_size" in n for n in sw.notes)
+    # another sweep in the same root is refused
+    other = runner.prepare(CONFIG, "e2e", root, repo_root=ROOT)
+    with pytest.raises(SweepError, match="its own --workdir"):
+        runner.write_manifest(other, LocalBackend().describe())
+
+
+def test_one_driver_per_root(tmp_path):
+    with runner.sweep_lock(str(tmp_path)):
+        with pytest.raises(SweepError, match=f"pid {os.getpid()}"):
+            with runner.sweep_lock(str(tmp_path)):
+                pass
+    with runner.sweep_lock(str(tmp_path)):  # released
+        pass
+
+
+def test_config_diff_paths():
+    assert config_diff({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"b": 1, "c": 5}, "e": 3}) == ["a.c", "d", "e"]
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    root = tmp_path / "sw"
+    sw = runner.prepare(CONFIG, "e2e", str(root), repo_root=ROOT)
+    lines = []
+    plan = runner.dry_run(sw, LocalBackend(), reporter=runner.Reporter("e2e", lines.append))
+    assert [p["action"] for p in plan] == ["start"] * 3
+    assert not root.exists() and any("--config.rl.group_size=1" in ln for ln in lines)
