@@ -28,14 +28,14 @@ git (``dirty``: tracked changes or untracked files; ``diff_sha256`` tells two di
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import socket
-import subprocess
 import tempfile
 import time
 from typing import Any, Optional
+
+from harness_jax import provenance
 
 SWEEP_JSON = "sweep.json"
 LOCK = ".sweep.lock"
@@ -124,35 +124,7 @@ def tail(path: str, lines: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> 
 
 
 # ------------------------------------------------------------------------------ code version
-def _git(repo: str, *args: str) -> Optional[str]:
-    try:
-        r = subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout if r.returncode == 0 else None
-
-
-def code_version(repo: str) -> dict:
-    """The git commit of ``repo``, whether the tree is dirty (tracked changes or untracked,
-    non-ignored files) and a hash of the difference to the commit."""
-    head = _git(repo, "rev-parse", "HEAD")
-    if head is None:
-        return {"commit": None, "dirty": None, "repo": os.path.abspath(repo),
-                "error": "not a git checkout (or git is missing): the code version is unknown"}
-    status = _git(repo, "status", "--porcelain") or ""
-    diff = _git(repo, "diff", "HEAD", "--no-ext-diff") or ""
-    untracked = [ln[3:] for ln in status.splitlines() if ln.startswith("??")]
-    h = hashlib.sha256(diff.encode())
-    for u in sorted(untracked):
-        h.update(b"\0" + u.encode())
-        p = os.path.join(repo, u)
-        if os.path.isfile(p):
-            with open(p, "rb") as f:
-                h.update(hashlib.sha256(f.read()).digest())
-    branch = (_git(repo, "rev-parse", "--abbrev-ref", "HEAD") or "").strip() or None
-    return {"commit": head.strip(), "dirty": bool(status.strip()), "branch": branch,
-            "diff_sha256": h.hexdigest() if status.strip() else None,
-            "changed_files": len(status.splitlines())}
+code_version = provenance.code_version
 
 
 def host() -> str:

@@ -46,8 +46,8 @@ class Sweep:
 
 
 def default_repo_root() -> str:
-    import harness_jax
-    return os.path.dirname(os.path.dirname(os.path.abspath(harness_jax.__file__)))
+    from harness_jax.provenance import repo_root
+    return repo_root()
 
 
 def _repo_relative(path: str, repo_root: str) -> str:

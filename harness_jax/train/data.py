@@ -5,6 +5,11 @@ anew every epoch, infinite (epochs repeat), and checkpointable: ``state()`` is a
 dict that goes into the training checkpoint, and ``restore(state)`` continues with exactly the
 tasks that would have come next. Tasks are pulled one at a time, so dynamic sampling can ask for
 replacement tasks without disturbing the order of the rest.
+
+``tasks`` is a list, or any random-access source (``len`` and ``[i]``) such as a built task set's
+``harness_jax.data.tasksets.open_split(...)`` (ArrayRecord through grain, decoded on access):
+grain reads it directly, and a list and a source with the same tasks give the same stream and
+the same checkpoint state for a seed.
 """
 from __future__ import annotations
 
@@ -19,12 +24,16 @@ class TaskStream:
     """Infinite, shuffled, checkpointable iterator over ``tasks``."""
 
     def __init__(self, tasks: Sequence[Task], seed: int):
-        if not tasks:
+        if getattr(tasks, "split", None) == "test":
+            from harness_jax.envs.registry import SealedSplitError
+            raise SealedSplitError("TaskStream: a test-split task source was given; training reads "
+                                   "train/search/selection only")
+        if len(tasks) == 0:
             raise ValueError("TaskStream: the task split is empty; check config.env.split_kwargs "
                              "(e.g. num_tasks) and config.env.train_split")
-        self._tasks = list(tasks)
+        self._tasks = list(tasks) if isinstance(tasks, (list, tuple)) else tasks
         self._seed = int(seed)
-        self._dataset = (grain.MapDataset.range(len(self._tasks))
+        self._dataset = (grain.MapDataset.source(self._tasks)
                          .shuffle(seed=self._seed)
                          .repeat(None)
                          .to_iter_dataset())
@@ -36,7 +45,7 @@ class TaskStream:
 
     def next(self) -> Task:
         self.num_taken += 1
-        return self._tasks[int(next(self._it))]
+        return next(self._it)
 
     def take(self, n: int) -> list[Task]:
         return [self.next() for _ in range(n)]
