@@ -33,7 +33,12 @@ EXTRAS_REQUIRE = {
     "test": ["pytest>=8", "torch==2.13.0", "openai>=1.40"],
     # GPU serving hosts only (disaggregated rollouts); never needed on TPU or CPU.
     "sglang": ["sglang>=0.5.10"],
+    # launch/sweep.py --backend=ray (Ray Jobs API; [default] brings the job server the cluster runs).
+    "ray": ["ray[default]>=2.40"],
+    # task sets as TFDS datasets: building and reading them (neither imports TensorFlow).
+    "tfds": ["tensorflow-datasets>=4.9.9", "array-record>=0.5"],
 }
+EXTRAS_REQUIRE["test"] += EXTRAS_REQUIRE["ray"] + EXTRAS_REQUIRE["tfds"]  # their tests run in CI
 
 setup(
     name="harness_jax",

@@ -17,6 +17,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
+from launch._flags import json_flag  # noqa: E402
+
 _FAMILY = flags.DEFINE_string("family", None, "environment family (registry name) with a registered task set")
 _DATA_DIR = flags.DEFINE_string("data_dir", "~/tensorflow_datasets", "TFDS data_dir")
 _KWARGS = flags.DEFINE_string("kwargs", None, "registry.load_split arguments for every split, JSON (default: the family's)")
@@ -25,15 +27,6 @@ _SPLITS = flags.DEFINE_list("splits", ["train", "search", "selection", "test"], 
 _CONFIG = flags.DEFINE_string("config_name", None, "builder-config name (default: from the arguments)")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "rebuild even when this version is already built")
 _LIST = flags.DEFINE_bool("list", False, "list the families that have task sets and exit")
-
-
-def _json(name, value):
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as e:
-        raise app.UsageError(f"--{name}={value!r}: not JSON ({e})")
 
 
 def main(argv):
@@ -47,13 +40,10 @@ def main(argv):
     if not _FAMILY.value:
         raise app.UsageError("--family is required (or --list)")
     from harness_jax.data import tfds_builder
-    path = tfds_builder.build(_FAMILY.value, _DATA_DIR.value, kwargs=_json("kwargs", _KWARGS.value),
-                              split_kwargs=_json("split_kwargs", _SPLIT_KWARGS.value), splits=_SPLITS.value,
+    path = tfds_builder.build(_FAMILY.value, _DATA_DIR.value, kwargs=json_flag("kwargs", _KWARGS.value),
+                              split_kwargs=json_flag("split_kwargs", _SPLIT_KWARGS.value), splits=_SPLITS.value,
                               config=_CONFIG.value, overwrite=_OVERWRITE.value)
-    with open(os.path.join(path, "dataset_info.json")) as f:
-        info = json.load(f)
-    sizes = {s["name"]: sum(int(x) for x in s.get("shardLengths", [])) for s in info["splits"]}
-    print(f"{path}\n{json.dumps(sizes)}")
+    print(f"{path}\n{json.dumps(tasksets.split_sizes(path))}")
     return 0
 
 

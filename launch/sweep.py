@@ -9,13 +9,14 @@ and reports failed ones (--retry_failed starts them again). Ctrl-C stops local r
 (they checkpoint); Ray jobs keep running and the same command re-attaches. Exit code: 0 all runs
 done, 1 some failed, 3 some unfinished. See docs/experiments.md.
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
+
+from launch._flags import json_flag  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "experiment config file (path[:arg]) declaring SWEEPS")
 _SWEEP = flags.DEFINE_string("sweep", None, "name of the sweep in the config's SWEEPS ('list' lists them)")
@@ -50,15 +51,6 @@ def _env(items):
     return out
 
 
-def _json_flag(name, value):
-    if value is None:
-        return None
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as e:
-        raise app.UsageError(f"--{name}={value!r}: not JSON ({e})")
-
-
 def main(argv):
     del argv
     from harness_jax.sweeps import runner, spec
@@ -83,9 +75,9 @@ def main(argv):
                 raise app.UsageError("--backend=ray needs --ray_address=http://HEAD:8265 (or $RAY_ADDRESS)")
             backend = RayJobsBackend(address, sw.name, sw.repo_root, max_parallel=_MAX_PARALLEL.value or 0,
                                      env=_env(_RUN_ENV.value), num_cpus=_RAY_CPUS.value,
-                                     num_gpus=_RAY_GPUS.value, resources=_json_flag("ray_resources", _RAY_RES.value),
+                                     num_gpus=_RAY_GPUS.value, resources=json_flag("ray_resources", _RAY_RES.value),
                                      memory=_RAY_MEM.value, upload_code=_RAY_UPLOAD.value,
-                                     runtime_env=_json_flag("ray_runtime_env", _RAY_RUNTIME_ENV.value))
+                                     runtime_env=json_flag("ray_runtime_env", _RAY_RUNTIME_ENV.value))
         else:
             backend = LocalBackend(max_parallel=_MAX_PARALLEL.value or 1, env=_env(_RUN_ENV.value),
                                    cwd=sw.repo_root, kill_after_s=_KILL_AFTER.value)

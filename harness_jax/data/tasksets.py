@@ -221,7 +221,10 @@ def load_split(data_dir: str, family: str, split: str, config: str = "default",
 def splits_of(data_dir: str, family: str, config: str = "default",
               version: Optional[str] = None) -> dict[str, int]:
     """``{split: number of tasks}`` of a built task set (reads dataset_info.json only)."""
-    with open(os.path.join(dataset_dir(data_dir, family, config, version), "dataset_info.json")) as f:
+    return split_sizes(dataset_dir(data_dir, family, config, version))
+
+
+def split_sizes(directory: str) -> dict[str, int]:
+    with open(os.path.join(directory, "dataset_info.json")) as f:
         info = json.load(f)
     return {s["name"]: int(sum(int(x) for x in s.get("shardLengths", []))) for s in info.get("splits", [])}
-

@@ -124,7 +124,8 @@ class RayJobsBackend:
             logs = self.client.get_job_logs(h.submission_id)
         except RuntimeError as e:
             logs = f"(logs unavailable: {e})\n"
-        detail = f"ray job {status}" + (f": {info.message}" if info.message else "")
+        first = (info.message or "").strip().splitlines()[:1]
+        detail = f"ray job {status}" + (f": {first[0][:200]}" if first else "")
         if status == "STOPPED":
             return Outcome(exit_code=None, interrupted=True, detail=detail, log=logs)
         code = getattr(info, "driver_exit_code", None)

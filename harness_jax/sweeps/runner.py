@@ -254,52 +254,68 @@ def execute(sw: Sweep, backend, retry_failed: bool = False, detach: bool = False
         for n in sw.notes:
             rep.line(n)
         to_start, reattached, before = plan(sw, backend, retry_failed)
-        counts = {s: sum(1 for v in before.values() if v == s) for s in rd.STATES}
-        rep.line(f"{len(sw.runs)} runs under {sw.root} ({backend.name}): {counts['done']} done (skipped), "
-                 f"{counts['failed']} failed{' (retrying)' if retry_failed else ' (not retried)'}, "
-                 f"{len(reattached)} re-attached, {len(to_start)} to start")
-        for run in sw.runs:
-            if before[run.name] == "failed" and not retry_failed:
-                rep.failed(run.name, sw.run_dir(run).status())
-        active = {run.name: (run, h) for run, h in reattached}
-        for run, h in reattached:
-            rep.line(f"re-attached {run.name} ({backend.attempt_info(h)})")
-        queue = list(to_start)
-        last_progress = time.time()
-        with _Signals() as sig:
-            while queue or active:
-                if sig.count and backend.on_interrupt == "detach":
-                    rep.line(f"interrupted: {len(active)} job(s) keep running on {backend.name}; run the "
-                             "same command again to re-attach")
-                    break
-                if sig.count == 1:
-                    for run, h in active.values():
-                        if h.stop_sent is None:
-                            rep.line(f"stopping {run.name} (SIGTERM: the launcher checkpoints and exits)")
-                            backend.stop(h)
-                    queue.clear()
-                elif sig.count > 1:
-                    for run, h in active.values():
-                        backend.kill(h)
-                while queue and len(active) < backend.max_parallel and not sig.count:
-                    run = queue.pop(0)
-                    active[run.name] = (run, _start(sw, backend, run, rep))
-                if detach and not queue:
-                    rep.line(f"detached: {len(active)} job(s) running on {backend.name}; run the same "
-                             "command again to follow them")
-                    break
-                for name, (run, h) in list(active.items()):
-                    outcome = backend.poll(h)
-                    if outcome is not None:
-                        del active[name]
-                        _finish(sw, backend, run, h, outcome, rep)
-                if time.time() - last_progress >= progress_every_s and (queue or active):
-                    last_progress = time.time()
-                    rep.line(_progress(sw, active, queue))
-                if queue or active:
-                    time.sleep(poll_s)
+        _announce(sw, backend, rep, to_start, reattached, before, retry_failed)
+        _drive(sw, backend, rep, list(to_start), {run.name: (run, h) for run, h in reattached},
+               detach, progress_every_s, poll_s)
         states = {r.name: sw.run_dir(r).status()["state"] for r in sw.runs}
     return _summarize(sw, states, rep)
+
+
+def _announce(sw: Sweep, backend, rep: Reporter, to_start, reattached, before, retry_failed) -> None:
+    counts = {s: sum(1 for v in before.values() if v == s) for s in rd.STATES}
+    rep.line(f"{len(sw.runs)} runs under {sw.root} ({backend.name}): {counts['done']} done (skipped), "
+             f"{counts['failed']} failed{' (retrying)' if retry_failed else ' (not retried)'}, "
+             f"{len(reattached)} re-attached, {len(to_start)} to start")
+    for run in sw.runs:
+        if before[run.name] == "failed" and not retry_failed:
+            rep.failed(run.name, sw.run_dir(run).status())
+    for run, h in reattached:
+        rep.line(f"re-attached {run.name} ({backend.attempt_info(h)})")
+
+
+def _drive(sw: Sweep, backend, rep: Reporter, queue: list, active: dict, detach: bool,
+           progress_every_s: float, poll_s: float) -> None:
+    """The polling loop: start queued runs up to the concurrency limit, collect outcomes, react
+    to SIGINT/SIGTERM, print progress."""
+    last_progress = time.time()
+    with _Signals() as sig:
+        while queue or active:
+            if sig.count and _on_signal(sig.count, backend, rep, queue, active) == "leave":
+                return
+            while queue and len(active) < backend.max_parallel and not sig.count:
+                run = queue.pop(0)
+                active[run.name] = (run, _start(sw, backend, run, rep))
+            if detach and not queue:
+                rep.line(f"detached: {len(active)} job(s) running on {backend.name}; run the same "
+                         "command again to follow them")
+                return
+            for name, (run, h) in list(active.items()):
+                outcome = backend.poll(h)
+                if outcome is not None:
+                    del active[name]
+                    _finish(sw, backend, run, h, outcome, rep)
+            if time.time() - last_progress >= progress_every_s and (queue or active):
+                last_progress = time.time()
+                rep.line(_progress(sw, active, queue))
+            if queue or active:
+                time.sleep(poll_s)
+
+
+def _on_signal(count: int, backend, rep: Reporter, queue: list, active: dict) -> str:
+    """First signal: start nothing more and stop running launchers (local) or leave the jobs
+    running (cluster); second: kill."""
+    queue.clear()
+    if backend.on_interrupt == "detach":
+        rep.line(f"interrupted: {len(active)} job(s) keep running on {backend.name}; run the "
+                 "same command again to re-attach")
+        return "leave"
+    for run, h in active.values():
+        if count > 1:
+            backend.kill(h)
+        elif h.stop_sent is None:
+            rep.line(f"stopping {run.name} (SIGTERM: the launcher checkpoints and exits)")
+            backend.stop(h)
+    return "wait"
 
 
 def _start(sw: Sweep, backend, run: RunSpec, rep: Reporter):

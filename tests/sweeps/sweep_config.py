@@ -35,6 +35,7 @@ SWEEPS = {
     # two real runs and one the launcher rejects (GRPO needs group_size >= 2)
     "e2e": lambda: hyper.chain(hyper.sweep("seed", [0, 1]), hyper.fixed({"seed": 2, "rl.group_size": 1})),
     "fails": hyper.fixed({"rl.group_size": 1}),
+    "fails_and_one": [{"seed": 0}, {"rl.group_size": 1}],
     "grid": lambda: hyper.product(hyper.sweep("seed", [0, 1, 2]), hyper.sweep("opt.lr", [1e-3, 3e-3]),
                                   hyper.fixed({"mesh.shape": (1, 1, 1, 1), "env.kwargs.engine": "sqlite"})),
 }

@@ -82,7 +82,7 @@ def test_bad_sweeps_fail_before_anything_runs(tmp_path, src, match):
 
 
 def test_unknown_sweep_lists_the_declared_ones():
-    with pytest.raises(SweepError, match=r"declares \['e2e', 'fails', 'grid'\]"):
+    with pytest.raises(SweepError, match=r"declares \['e2e', 'fails', 'fails_and_one', 'grid'\]"):
         runner.prepare(CONFIG, "nope", "/tmp/unused", repo_root=ROOT)
 
 
