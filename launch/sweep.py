@@ -70,6 +70,9 @@ def main(argv):
                             python=python)
         if ray:
             from harness_jax.sweeps.ray_jobs import RayJobsBackend
+            if os.path.isabs(spec.split_config_arg(sw.config_arg)[0]) and _RAY_UPLOAD.value:
+                print(f"launch/sweep.py: warning: the config {sw.config_arg} is outside the repository that is "
+                      "uploaded to the Ray jobs; the nodes must see that path", file=sys.stderr)
             address = _RAY_ADDRESS.value or os.environ.get("RAY_ADDRESS")
             if not address:
                 raise app.UsageError("--backend=ray needs --ray_address=http://HEAD:8265 (or $RAY_ADDRESS)")

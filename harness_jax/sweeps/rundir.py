@@ -104,6 +104,20 @@ class RunDir:
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return tail(self.log_path, lines)
 
+    def metrics(self) -> list[dict]:
+        """The launcher's ``metrics.jsonl`` records (a torn last line, from a run still writing or
+        killed mid-write, is skipped)."""
+        path = os.path.join(self.path, "metrics.jsonl")
+        out = []
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue
+        return out
+
     def summary(self) -> Optional[dict]:
         """The launcher's ``summary.json`` when it wrote one."""
         try:
@@ -135,7 +149,8 @@ def host() -> str:
 def load_sweep(root: str) -> dict:
     """``sweep.json`` of ``root`` plus every run's spec, resolved config, status and summary:
     ``{"sweep": {...}, "runs": [{"name", "path", "spec", "config", "status", "summary"}, ...]}``
-    in the sweep's order. The reader for tables and plots."""
+    in the sweep's order (``RunDir(path).metrics()`` reads a run's metrics.jsonl). The reader for
+    tables and plots."""
     manifest = read_json(os.path.join(root, SWEEP_JSON))
     if manifest is None:
         raise FileNotFoundError(f"{root!r} holds no {SWEEP_JSON}: not a sweep root (run "

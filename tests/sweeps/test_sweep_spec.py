@@ -139,3 +139,44 @@ def test_dry_run_writes_nothing(tmp_path):
     plan = runner.dry_run(sw, LocalBackend(), reporter=runner.Reporter("e2e", lines.append))
     assert [p["action"] for p in plan] == ["start"] * 3
     assert not root.exists() and any("--config.rl.group_size=1" in ln for ln in lines)
+
+
+_DRIVER = r"""
+import sys, time
+from harness_jax.sweeps.local import LocalBackend
+from harness_jax.sweeps.rundir import RunDir
+be = LocalBackend(max_parallel=2, env={"SLOT_SEEN": "gpu{slot}"}, cwd=sys.argv[1])
+child = [sys.executable, "-c", "import os, time; print(os.environ['SLOT_SEEN'], flush=True); time.sleep(300)"]
+hs = [be.start(RunDir(f"{sys.argv[1]}/r{i}"), child, 1) for i in range(2)]
+print(" ".join(str(h.proc.pid) for h in hs), [h.slot for h in hs], flush=True)
+time.sleep(300)
+"""
+
+
+def test_local_backend_slots_env_and_no_orphans_when_the_driver_dies(tmp_path):
+    """The backend's process handling with plain child processes: slots and {slot} env, logs, and
+    PR_SET_PDEATHSIG (a SIGKILLed driver takes its launchers with it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    drv = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                           env=env)
+    first = drv.stdout.readline().split()
+    pids = [int(p) for p in first[:2]]
+    assert " ".join(first[2:]) == "[0, 1]"
+    deadline = time.time() + 60
+    logs = [tmp_path / f"r{i}" / "sweep" / "log.txt" for i in range(2)]
+    while time.time() < deadline and not all("gpu" in p.read_text() for p in logs if p.exists()):
+        time.sleep(0.2)
+    assert sorted(p.read_text().splitlines()[-1] for p in logs) == ["gpu0", "gpu1"]
+    drv.send_signal(signal.SIGKILL)
+    drv.wait()
+    deadline = time.time() + 30
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") and
+                                         "zombie" not in open(f"/proc/{p}/status").read().lower() for p in pids):
+        time.sleep(0.2)
+    alive = [p for p in pids if os.path.exists(f"/proc/{p}")
+             and "zombie" not in open(f"/proc/{p}/status").read().lower()]
+    assert not alive, f"children outlived the driver: {alive}"
