@@ -74,7 +74,7 @@ class LocalBackend:
     def __init__(self, max_parallel: int = 1, env: Optional[dict] = None, cwd: str = ".",
                  kill_after_s: float = 600.0):
         if int(max_parallel) < 1:
-            raise ValueError(f"max_parallel={max_parallel}: the local backend needs >= 1")
+            raise SweepError(f"--max_parallel={max_parallel}: the local backend needs >= 1")
         self.max_parallel = int(max_parallel)
         self.env = dict(env or {})
         self.cwd = cwd

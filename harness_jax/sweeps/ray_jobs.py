@@ -21,6 +21,7 @@ from typing import Optional
 
 from harness_jax.sweeps.local import Outcome
 from harness_jax.sweeps.rundir import RunDir, write_json
+from harness_jax.sweeps.spec import SweepError
 
 CODE_EXCLUDES = [".git", "**/__pycache__", "*.egg-info", ".pytest_cache", "workdir*"]
 
@@ -57,7 +58,7 @@ class RayJobsBackend:
         self.env = {k: str(v) for k, v in (env or {}).items()}
         for k, v in self.env.items():
             if "{slot}" in v:
-                raise ValueError(f"--run_env {k}={v}: {{slot}} only means something for the local "
+                raise SweepError(f"--run_env {k}={v}: {{slot}} only means something for the local "
                                  "backend; on Ray, ask for resources (--ray_num_gpus, --ray_resources)")
         self.num_cpus, self.num_gpus, self.resources, self.memory = num_cpus, num_gpus, resources, memory
         self.upload_code = bool(upload_code)
@@ -72,7 +73,10 @@ class RayJobsBackend:
     @property
     def client(self):
         if self._client is None:
-            from ray.job_submission import JobSubmissionClient
+            try:
+                from ray.job_submission import JobSubmissionClient
+            except ImportError as e:
+                raise SweepError(f"--backend=ray needs Ray: pip install -e '.[ray]' ({e})") from e
             self._client = JobSubmissionClient(self.address)
         return self._client
 

@@ -20,9 +20,10 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from harness_jax.sweeps import rundir as rd
+from harness_jax.sweeps.hyper import canonical
 from harness_jax.sweeps.local import assert_not_running
 from harness_jax.sweeps.spec import RunSpec, SweepError, config_diff, expand, split_config_arg
 
@@ -102,7 +103,7 @@ def write_run(sw: Sweep, run: RunSpec) -> None:
     spec = {"sweep": sw.name, "name": run.name, "index": run.index, "overrides": run.overrides,
             "flags": list(run.flags), "config": sw.config_arg, "launcher": sw.launcher}
     old_spec, old_cfg, status = d.spec(), d.config(), d.status()
-    if old_spec is not None and rd_canonical(old_spec.get("overrides")) != rd_canonical(run.overrides):
+    if old_spec is not None and canonical(old_spec.get("overrides") or {}) != canonical(run.overrides):
         raise SweepError(f"{d.path} belongs to a run with overrides {old_spec.get('overrides')}, not "
                          f"{run.overrides}; use another --workdir")
     if old_cfg is not None:
@@ -120,11 +121,6 @@ def write_run(sw: Sweep, run: RunSpec) -> None:
     rd.write_json(d.file("config.json"), run.config)
     if not os.path.exists(d.file("status.json")):
         d.write_status({"state": "pending", "attempts": []})
-
-
-def rd_canonical(overrides: Any) -> str:
-    from harness_jax.sweeps.hyper import canonical
-    return canonical(overrides or {})
 
 
 @contextlib.contextmanager

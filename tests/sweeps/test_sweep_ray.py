@@ -17,6 +17,7 @@ import pytest
 
 from harness_jax.sweeps import rundir, runner
 from harness_jax.sweeps.ray_jobs import RayJobsBackend, submission_id
+from harness_jax.sweeps.spec import SweepError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "tests", "sweeps", "sweep_config.py")
@@ -43,7 +44,7 @@ def test_job_specs_without_a_cluster(tmp_path):
     assert submission_id("e2e", "seed=0", 2) != submission_id("e2e", "seed=0", 1)
     no_upload = RayJobsBackend("http://head:8265", sw.name, ROOT, upload_code=False)
     assert no_upload.job_spec(sw.run_dir(sw.runs[0]), sw.argv(sw.runs[0]), 1)["runtime_env"] is None
-    with pytest.raises(ValueError, match="slot"):
+    with pytest.raises(SweepError, match="slot"):
         RayJobsBackend("http://head:8265", sw.name, ROOT, env={"CUDA_VISIBLE_DEVICES": "{slot}"})
 
 
