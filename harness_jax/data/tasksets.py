@@ -21,10 +21,10 @@ The test split stays sealed: ``open_split(..., "test")`` goes through
 ``registry.check_test_access`` (evaluation entry points only, never from training code), and
 building it happens inside ``sealed_test_access``.
 
-Adding a family (WebShop, AppWorld, SWE, ...): register its loader with the environment registry
-as usual, then one call here::
+Adding a family: register its loader with the environment registry as usual, then one entry in
+``_BUILTINS`` below (or, outside this package, one call)::
 
-    tasksets.register(tasksets.TaskSetSpec("webshop", version="1.0.0",
+    tasksets.register(tasksets.TaskSetSpec("myfamily", version="1.0.0",
                                            default_kwargs={"n": 500, "seed": 0}))
 
 Bump ``version`` whenever the records the family's loader produces for the same arguments change
@@ -81,17 +81,34 @@ def spec(family: str) -> TaskSetSpec:
 
 
 def _ensure_builtins() -> None:
-    _SPECS.setdefault("dbbench", TaskSetSpec(
-        "dbbench", version="1.0.0", default_kwargs={"n": 256, "seed": 0},
-        description="AgentBench DB tasks: generated (n per split from the split's seed stream) or an "
-                    "AgentBench jsonl (path=..., partitioned by content hash)",
-        release_notes={"1.0.0": "generator of harness_jax.envs.dbbench.generator; AgentBench v0.2 items"}))
-    _SPECS.setdefault("alfworld", TaskSetSpec(
-        "alfworld", version="1.0.0", default_kwargs={"n": 12, "seed": 0},
-        description="ALFWorld games: generated records (PDDL problem, goal, expert walkthrough; "
-                    "self-contained) or real games (data_dir=...; records reference the game files, "
-                    "which must stay at that path)",
-        release_notes={"1.0.0": "generator of harness_jax.envs.alfworld.generator"}))
+    for spec in _BUILTINS:
+        _SPECS.setdefault(spec.family, spec)
+
+
+_BUILTINS = (
+    TaskSetSpec("dbbench", version="1.0.0", default_kwargs={"n": 256, "seed": 0},
+                description="AgentBench DB tasks: generated (n per split from the split's seed stream) or an "
+                            "AgentBench jsonl (path=..., partitioned by content hash); self-contained",
+                release_notes={"1.0.0": "generator of harness_jax.envs.dbbench.generator; AgentBench v0.2 items"}),
+    TaskSetSpec("alfworld", version="1.0.0", default_kwargs={"n": 12, "seed": 0},
+                description="ALFWorld games: generated records (PDDL problem, goal, expert walkthrough; "
+                            "self-contained) or real games (data_dir=...; records reference the game files, "
+                            "which must stay at that path)",
+                release_notes={"1.0.0": "generator of harness_jax.envs.alfworld.generator"}),
+    TaskSetSpec("webshop", version="1.0.0", default_kwargs={"n": 100, "seed": 0},
+                description="WebShop goals on a generated catalog (records name the catalog's kind, size and "
+                            "seed; the env regenerates it) or WebShop's own files (products=, attributes=)",
+                release_notes={"1.0.0": "harness_jax.envs.webshop generator and goal partition"}),
+    TaskSetSpec("swe", version="1.0.0", default_kwargs={"n": 20, "seed": 0},
+                description="SWE-Gym-style instances in SWE-bench's schema, generated from the in-repository "
+                            "corpus (self-contained: commits, patches, tests) or a SWE-bench/SWE-Gym file (path=)",
+                release_notes={"1.0.0": "harness_jax.envs.swe generator (AST bug injection)"}),
+    TaskSetSpec("appworld", version="1.0.0", default_kwargs={"n": 30, "seed": 0},
+                description="AppWorld tasks: generated (records reference the generated data tree under the "
+                            "builder's cache, which must be visible where the tasks run) or the real data bundle "
+                            "(data_dir=...)",
+                release_notes={"1.0.0": "harness_jax.envs.appworld generator templates"}),
+)
 
 
 # ------------------------------------------------------------------------------ naming

@@ -149,6 +149,26 @@ def test_plugging_in_a_family_is_one_register_call(tmp_path):
         tasksets.spec("nope")
 
 
+def test_webshop_task_set(tmp_path):
+    p = tfds_builder.build("webshop", str(tmp_path), kwargs={"n": 3, "seed": 0}, splits=("train", "selection"))
+    assert p.endswith("webshop_tasks/n3-seed0/1.0.0")
+    src = tasksets.open_split(str(tmp_path), "webshop", "selection", config="n3-seed0")
+    ref = registry.load_split("webshop", "selection", n=3, seed=0)
+    assert [src[i].task_id for i in range(len(src))] == [t.task_id for t in ref]
+    assert [src[i].data for i in range(len(src))] == [t.data for t in ref]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["swe", "appworld"])
+def test_swe_and_appworld_task_sets(tmp_path, family):
+    """SWE (instances built by running the corpus' tests) and AppWorld (a generated data tree per
+    task): one task in one split each."""
+    tfds_builder.build(family, str(tmp_path), kwargs={"n": 1, "seed": 0}, splits=("search",))
+    src = tasksets.open_split(str(tmp_path), family, "search", config="n1-seed0")
+    ref = registry.load_split(family, "search", n=1, seed=0)
+    assert len(src) == 1 and src[0].task_id == ref[0].task_id and src[0].data == ref[0].data
+
+
 @pytest.mark.slow
 def test_alfworld_generated_task_set(tmp_path):
     """ALFWorld's generator plays the expert for each game (seconds per game): 1 game per split."""
