@@ -320,10 +320,16 @@ def _start(sw: Sweep, backend, run: RunSpec, rep: Reporter):
     attempts = st.get("attempts") or []
     n = len(attempts) + 1
     argv = sw.argv(run)
+    code = rd.code_version(sw.repo_root)
+    prev = attempts[-1].get("code") if attempts else None
+    key = ("commit", "diff_sha256")
+    if prev and any(prev.get(k) != code.get(k) for k in key):
+        rep.line(f"note: {run.name} resumes on other code than its attempt {n - 1} ran "
+                 f"({prev.get('commit', '')[:10]}{'+dirty' if prev.get('dirty') else ''} -> "
+                 f"{(code.get('commit') or '')[:10]}{'+dirty' if code.get('dirty') else ''}); both are recorded")
     h = backend.start(d, argv, n)
     attempts.append({"attempt": n, "backend": backend.name, "started": time.time(), "host": rd.host(),
-                     "argv": argv, "code": rd.code_version(sw.repo_root), "log": d.log_path,
-                     **backend.attempt_info(h)})
+                     "argv": argv, "code": code, "log": d.log_path, **backend.attempt_info(h)})
     st.update(state="running", attempts=attempts, exit_code=None)
     d.write_status(st)
     resumed = " (resuming)" if n > 1 else ""
