@@ -66,7 +66,10 @@ def ray_head(tmp_path_factory):
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     log = open(tmp_path_factory.mktemp("ray") / "head.log", "w")
-    p = subprocess.Popen(["ray", "start", "--head", "--block", f"--port={_free_port()}", f"--dashboard-port={dash}",
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")   # the CLI of this interpreter's Ray
+    if not os.path.exists(ray_cli):
+        ray_cli = shutil.which("ray") or "ray"
+    p = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={_free_port()}", f"--dashboard-port={dash}",
                           "--dashboard-host=127.0.0.1", "--num-cpus=1", f"--temp-dir={tmp}",
                           "--include-dashboard=true", "--disable-usage-stats"],
                          env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
