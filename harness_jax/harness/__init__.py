@@ -10,6 +10,7 @@ Public API::
 Heavier pieces load lazily (``load_tokenizer`` imports transformers; ``Executor`` imports the
 sampling types).
 """
+from harness_jax.lazy import lazy_getattr
 from harness_jax.harness.hooks import normalise_hook_result, run_hook
 from harness_jax.harness.validation import ValidationResult, validate_patch
 
@@ -41,9 +42,4 @@ _LAZY = {
 __all__ = ["validate_patch", "run_hook", "ValidationResult", "normalise_hook_result", *_LAZY]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'harness_jax.harness' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
