@@ -169,10 +169,6 @@ def _check_mesh(config, bad, num_devices):
         bad("mesh.shape", shape, f"needs {len(MESH_AXES)} integers (one per axis {MESH_AXES})",
             "e.g. --config.mesh.shape='(1,-1,1,1)'")
         return
-    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-        bad("mesh.shape", shape, "each entry must be >= 1, with at most one -1 (fills the remaining devices)",
-            "e.g. --config.mesh.shape='(1,-1,1,1)'")
-        return
     _one_of(bad, "mesh.platform", mesh.platform, ("cpu", "gpu", "tpu"))
     if not (isinstance(mesh.num_devices, int) and (mesh.num_devices == -1 or mesh.num_devices >= 1)):
         bad("mesh.num_devices", mesh.num_devices, "must be -1 (all devices) or >= 1", "e.g. -1")
@@ -191,13 +187,13 @@ def _check_mesh(config, bad, num_devices):
             f"the preset is sized for {mesh.num_devices} devices but this run has {num_devices}",
             f"run on {mesh.num_devices} devices or set --config.mesh.num_devices=-1 and a mesh.shape "
             f"for {num_devices}")
-    known = math.prod(s for s in shape if s != -1)
-    if -1 in shape:
-        if num_devices % known:
-            bad("mesh.shape", shape, f"the fixed axes ({known} devices) do not divide the device count "
-                f"{num_devices}", f"choose axis sizes whose product divides {num_devices}")
-    elif known != num_devices:
-        bad("mesh.shape", shape, f"uses {known} devices but the run has {num_devices}",
+    try:
+        resolved = sharding.resolve_mesh_shape(shape, num_devices)
+    except ValueError as e:
+        bad("mesh.shape", shape, str(e), "e.g. --config.mesh.shape='(1,-1,1,1)'")
+        return
+    if math.prod(resolved) != num_devices:
+        bad("mesh.shape", shape, f"uses {math.prod(resolved)} devices but the run has {num_devices}",
             f"make the product of mesh.shape equal {num_devices}, or use -1 on one axis")
     if mesh.rules is not None:
         names = {r[0] for r in sharding.TRAIN_RULES}
