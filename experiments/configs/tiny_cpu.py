@@ -13,7 +13,7 @@ synchronous. It evaluates success on held-out generated tasks (``selection`` spl
 after SFT and after GRPO, and writes checkpoints, metrics (JSONL + TensorBoard) and traces under
 ``--workdir``.
 
-Expected result (measured once, 2 shared CPU cores): 8 min 14 s wall; success on 32 held-out
+Expected result (measured, 2 shared CPU cores): 8-9 min wall (8 min 14 s; 9 min 2 s after #12 on a busier machine); success on 32 held-out
 generated tasks 0/32 before SFT, 0/32 after SFT, 0/32 after GRPO. The SFT'd policy writes
 well-formed `Action: Operation` / `Action: Answer` turns but not task-specific SQL, so every GRPO
 group has zero reward variance; see docs/training.md for the loop's health figures.
