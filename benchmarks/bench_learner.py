@@ -68,6 +68,7 @@ def main():
 
     from harness_jax.models import qwen3_5
     from harness_jax.rl import batch as rlbatch
+    from harness_jax import sharding as shd
     from harness_jax.rl import learner as L
     from harness_jax.types import TokenSegment
 
@@ -93,7 +94,7 @@ def main():
     batch = rlbatch.pack_segments(segs, rlbatch.PackConfig(buckets=(args.seq,)))
     lcfg = L.LearnerConfig(num_micro_batches=args.micro, shuffle=False, logit_chunk=args.logit_chunk,
                            peak_flops_per_device=peak, recompute_old_logp=False)
-    lr = L.Learner(model, lcfg, mesh=L.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]),
+    lr = L.Learner(model, lcfg, mesh=shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]),
                    flops_per_token=lambda t: fpt)
     arrays = dict(batch.arrays())
     arrays["old_logp"] = arrays["rollout_logp"].copy()

@@ -3,7 +3,9 @@
 Every problem is reported with its dotted path, the bad value and the fix, all at once (one
 ``ConfigValidationError`` listing every problem), so a user fixes a config in one round instead
 of discovering errors one compile at a time (cf. MaxText #3960). The schema is
-``experiments/configs/common.py``; this module checks values and their consistency.
+``experiments/configs/common.py``; this module checks values and their consistency. Allowed names
+of registered components (loss modes, environments, harnesses, env sections) come from their
+registries, never from literals typed here.
 
     from harness_jax import config_validation
     config_validation.validate(config)                 # raises ConfigValidationError
@@ -16,8 +18,12 @@ import math
 import os
 from typing import Any, Optional, Sequence
 
-MESH_AXES = ("data", "fsdp", "tensor", "expert")
+from harness_jax import config_schema, sharding
+from harness_jax.rl import losses
+
+MESH_AXES = sharding.MESH_AXES
 DTYPES = ("float32", "bfloat16")
+SCHEDULES = ("constant", "cosine", "linear")
 TRAIN_SPLITS = ("train", "search", "selection")   # "test" is sealed: evaluation entry points only
 ALL_SPLITS = ("train", "search", "selection", "test")
 
@@ -54,15 +60,6 @@ def validate(config, *, num_devices: Optional[int] = None, check_paths: bool = T
                              allow_test_split=allow_test_split)
     if problems:
         raise ConfigValidationError(problems)
-
-
-def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
-    """Fills the single -1 of ``shape`` so the product equals ``num_devices`` (validated first)."""
-    shape = tuple(int(s) for s in shape)
-    known = math.prod(s for s in shape if s != -1)
-    if -1 in shape:
-        return tuple(num_devices // known if s == -1 else s for s in shape)
-    return shape
 
 
 def find_problems(config, *, num_devices: Optional[int] = None, check_paths: bool = True,
@@ -124,67 +121,43 @@ def _check_model(config, bad, check_paths):
     _one_of(bad, "model.tokenizer", m.tokenizer, ("qwen", "task_bpe"))
     if m.tokenizer == "task_bpe":
         if _int_at_least(bad, "model.tokenizer_vocab", m.tokenizer_vocab, 512):
-            v = dict(m.overrides).get("vocab_size")
+            v = m.arch.vocab_size
             if not m.hf_path and v is not None and v < m.tokenizer_vocab:
-                bad("model.overrides.vocab_size", v, f"smaller than model.tokenizer_vocab={m.tokenizer_vocab}",
-                    f"set --config.model.overrides.vocab_size={m.tokenizer_vocab}")
+                bad("model.arch.vocab_size", v, f"smaller than model.tokenizer_vocab={m.tokenizer_vocab}",
+                    f"set --config.model.arch.vocab_size={m.tokenizer_vocab}")
         if m.hf_path:
             bad("model.tokenizer", m.tokenizer, "a pretrained checkpoint (hf_path) comes with its own vocabulary",
                 "use --config.model.tokenizer=qwen with hf_path")
-    if m.hf_path:
-        if check_paths and not os.path.exists(os.path.join(m.hf_path, "config.json")):
+    if m.hf_path and check_paths:
+        if not os.path.exists(os.path.join(m.hf_path, "config.json")):
             bad("model.hf_path", m.hf_path, "no config.json in this directory",
                 "point --config.model.hf_path at a Hugging Face checkpoint directory, or set it to '' "
                 "to use model.preset")
-    if m.init_from and check_paths and not os.path.exists(m.init_from):
-        bad("model.init_from", m.init_from, "missing checkpoint path",
-            "point --config.model.init_from at an existing HF directory or orbax checkpoint, or set it to ''")
+            return
+    if m.init_from and check_paths and "://" not in m.init_from and not os.path.isdir(m.init_from):
+        bad("model.init_from", m.init_from, "missing checkpoint directory",
+            "point --config.model.init_from at an existing training workdir or its checkpoints/ dir, "
+            "or set it to ''")
     try:
         from harness_jax.models import qwen3_5
     except Exception as e:  # the model package itself is broken: say so, do not guess
         bad("model.preset", m.preset, f"harness_jax.models.qwen3_5 cannot be imported ({e})",
             "fix the model package installation")
         return
-    base = None
-    if not m.hf_path:
-        try:
-            base = qwen3_5.presets.get(m.preset)
-        except Exception as e:
-            names = _preset_names(qwen3_5)
-            bad("model.preset", m.preset, f"unknown model preset ({e})",
-                f"use one of {names} or set --config.model.hf_path")
-    elif check_paths and os.path.exists(os.path.join(m.hf_path, "config.json")):
-        try:
-            base = qwen3_5.Qwen3_5Config.from_hf(m.hf_path)
-        except Exception as e:
-            bad("model.hf_path", m.hf_path, f"config.json is not a loadable Qwen3.5 config ({e})",
-                "use a Qwen3.5 (dense or MoE) checkpoint")
-    if base is not None:
-        fields = {f.name for f in dataclasses.fields(base)}
-        over = dict(m.overrides)
-        for k in over:
-            if k not in fields:
-                bad(f"model.overrides.{k}", over[k], "not a Qwen3_5Config field",
-                    "remove it; fields are e.g. hidden_size, num_hidden_layers, vocab_size")
-        over = {k: (tuple(v) if isinstance(v, list) else v) for k, v in over.items()
-                if k in fields and not m.hf_path}
-        over.update(remat=m.remat, scan_layers=bool(m.scan_layers))
-        try:
-            from harness_jax.train.builders import apply_overrides
-            apply_overrides(base, over)
-        except Exception as e:
-            bad("model.overrides", over, f"the resulting model config is invalid ({e})",
-                "make the overrides consistent (see the message)")
-
-
-def _preset_names(qwen3_5):
-    p = getattr(qwen3_5, "presets", None)
-    for attr in ("names", "NAMES", "PRESETS", "available"):
-        v = getattr(p, attr, None)
-        if v is not None:
-            v = v() if callable(v) else v
-            return ", ".join(sorted(v))
-    return "the names in harness_jax.models.qwen3_5.presets"
+    if not m.hf_path and m.preset.lower().replace("-", "_").replace(".", "_") not in qwen3_5.presets.names():
+        bad("model.preset", m.preset, "unknown model preset",
+            f"use one of {', '.join(qwen3_5.presets.names())} or set --config.model.hf_path")
+        return
+    if m.hf_path and not check_paths:
+        return
+    try:
+        config_schema.model_config(m)
+    except Exception as e:
+        where = "model.hf_path" if m.hf_path else "model.arch"
+        fix = ("use a Qwen3.5 (dense or MoE) checkpoint" if m.hf_path
+               else "make the model.arch fields consistent (see the message)")
+        bad(where, m.hf_path if m.hf_path else config_schema.arch_overrides(m),
+            f"the resulting model config is invalid ({e})", fix)
 
 
 def _check_mesh(config, bad, num_devices):
@@ -196,31 +169,34 @@ def _check_mesh(config, bad, num_devices):
         bad("mesh.shape", shape, f"needs {len(MESH_AXES)} integers (one per axis {MESH_AXES})",
             "e.g. --config.mesh.shape='(1,-1,1,1)'")
         return
-    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-        bad("mesh.shape", shape, "each entry must be >= 1, with at most one -1 (fills the remaining devices)",
-            "e.g. --config.mesh.shape='(1,-1,1,1)'")
-        return
     _one_of(bad, "mesh.platform", mesh.platform, ("cpu", "gpu", "tpu"))
+    if not (isinstance(mesh.num_devices, int) and (mesh.num_devices == -1 or mesh.num_devices >= 1)):
+        bad("mesh.num_devices", mesh.num_devices, "must be -1 (all devices) or >= 1", "e.g. -1")
+        return
     if num_devices is None:
-        if mesh.num_devices and mesh.num_devices > 0:
+        import jax
+        num_devices = jax.device_count()
+        if mesh.num_devices > num_devices:
+            bad("mesh.num_devices", mesh.num_devices, f"only {num_devices} devices are visible",
+                f"run on {mesh.num_devices} devices or lower --config.mesh.num_devices")
+            return
+        if mesh.num_devices > 0:
             num_devices = int(mesh.num_devices)
-        else:
-            import jax
-            num_devices = jax.device_count()
-    elif mesh.num_devices and mesh.num_devices > 0 and mesh.num_devices != num_devices:
+    elif mesh.num_devices > 0 and mesh.num_devices != num_devices:
         bad("mesh.num_devices", mesh.num_devices,
             f"the preset is sized for {mesh.num_devices} devices but this run has {num_devices}",
             f"run on {mesh.num_devices} devices or set --config.mesh.num_devices=-1 and a mesh.shape "
             f"for {num_devices}")
-    known = math.prod(s for s in shape if s != -1)
-    if -1 in shape:
-        if num_devices % known:
-            bad("mesh.shape", shape, f"the fixed axes ({known} devices) do not divide the device count "
-                f"{num_devices}", f"choose axis sizes whose product divides {num_devices}")
-    elif known != num_devices:
-        bad("mesh.shape", shape, f"uses {known} devices but the run has {num_devices}",
+    try:
+        resolved = sharding.resolve_mesh_shape(shape, num_devices)
+    except ValueError as e:
+        bad("mesh.shape", shape, str(e), "e.g. --config.mesh.shape='(1,-1,1,1)'")
+        return
+    if math.prod(resolved) != num_devices:
+        bad("mesh.shape", shape, f"uses {math.prod(resolved)} devices but the run has {num_devices}",
             f"make the product of mesh.shape equal {num_devices}, or use -1 on one axis")
     if mesh.rules is not None:
+        names = {r[0] for r in sharding.TRAIN_RULES}
         for i, rule in enumerate(mesh.rules):
             ok = (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str)
                   and (rule[1] is None or rule[1] in MESH_AXES
@@ -228,19 +204,15 @@ def _check_mesh(config, bad, num_devices):
             if not ok:
                 bad(f"mesh.rules[{i}]", rule, "a rule is (logical_name, mesh_axis | None | tuple of mesh axes)",
                     f"use mesh axes from {MESH_AXES}")
+            elif rule[0] not in names:
+                bad(f"mesh.rules[{i}]", rule, f"unknown logical axis {rule[0]!r}",
+                    f"use the logical names of harness_jax.sharding.TRAIN_RULES: {sorted(names)}")
 
 
 def _check_rollout(config, bad):
     r = config.rollout
     _one_of(bad, "rollout.mode", r.mode, ("colocated", "disaggregated"))
-    _one_of(bad, "rollout.engine", r.engine, ("jax", "sglang"))
-    if r.mode == "colocated" and r.engine != "jax":
-        bad("rollout.engine", r.engine, "colocated mode runs the embedded JAX engine on the learner's devices",
-            "set --config.rollout.engine=jax, or --config.rollout.mode=disaggregated for servers")
     if r.mode == "disaggregated":
-        if r.engine != "sglang":
-            bad("rollout.engine", r.engine, "disaggregated mode talks to servers over the SGLang HTTP API",
-                "set --config.rollout.engine=sglang")
         urls = tuple(r.server_urls or ())
         if not urls:
             bad("rollout.server_urls", urls, "disaggregated mode needs at least one server",
@@ -266,19 +238,30 @@ def _check_rollout(config, bad):
         bad("rollout.top_k", r.top_k, "must be -1 (off) or >= 1", "set --config.rollout.top_k=-1")
     if r.request_timeout_s <= 0:
         bad("rollout.request_timeout_s", r.request_timeout_s, "must be > 0", "e.g. 120.0")
+    buckets = tuple(r.prefill_buckets or ())
+    if not buckets or not all(isinstance(b, int) and b >= 1 for b in buckets):
+        bad("rollout.prefill_buckets", buckets, "needs positive integer chunk lengths", "e.g. '(32, 128, 512)'")
+    _int_at_least(bad, "rollout.decode_steps", r.decode_steps, 1)
+    _one_of(bad, "rollout.cache_dtype", r.cache_dtype, DTYPES)
 
 
 def _check_env(config, bad, allow_test_split):
     e = config.env
-    names = None
     try:
         from harness_jax.envs import registry
-        names = _registry_names(registry)
+        names = set(registry.names())
     except Exception as exc:
         bad("env.name", e.name, f"the environment registry cannot be imported ({exc})",
             "fix the harness_jax.envs installation")
+        names = None
     if names is not None and e.name not in names:
         bad("env.name", e.name, "unknown environment", f"use one of {', '.join(sorted(names))}")
+    elif e.name not in config_schema.env_sections():
+        bad("env.name", e.name, "this environment family registers no config section",
+            "register one with harness_jax.config_schema.register_env_section")
+    elif e.name not in e:
+        bad(f"env.{e.name}", None, "the section of the selected environment is missing",
+            "start the config from experiments.configs.common.base_config()")
     if e.train_split == "test" or (e.eval_split == "test" and not allow_test_split):
         path = "env.train_split" if e.train_split == "test" else "env.eval_split"
         bad(path, "test", "the test split is sealed: training and evolution never read it",
@@ -286,24 +269,33 @@ def _check_env(config, bad, allow_test_split):
     else:
         _one_of(bad, "env.train_split", e.train_split, TRAIN_SPLITS)
         _one_of(bad, "env.eval_split", e.eval_split, ALL_SPLITS if allow_test_split else TRAIN_SPLITS)
+    _one_of(bad, "env.protocol", e.protocol, ("text", "function"))
+    _int_at_least(bad, "env.num_tasks", e.num_tasks, 1)
+    _int_at_least(bad, "env.task_seed", e.task_seed, 0)
     _int_at_least(bad, "env.max_turns", e.max_turns, 0, "set --config.env.max_turns >= 1 (0 = the harness's own limit)")
-
-
-def _registry_names(registry):
-    for attr in ("names", "list_envs", "available", "REGISTRY", "_REGISTRY"):
-        v = getattr(registry, attr, None)
-        if v is not None:
-            v = v() if callable(v) else v
-            return set(v)
-    return None
+    if e.name == "dbbench" and "dbbench" in e:
+        _one_of(bad, "env.dbbench.engine", e.dbbench.engine, ("sqlite", "mariadb", "mysql"))
+        _one_of(bad, "env.dbbench.answer_check", e.dbbench.answer_check, ("strict", "lenient"))
+        _int_at_least(bad, "env.dbbench.max_rounds", e.dbbench.max_rounds, 1)
 
 
 def _check_harness(config, bad, check_paths):
-    spec = config.harness.spec
-    if spec and check_paths and (spec.endswith((".json", ".yaml", ".yml")) or os.sep in spec):
-        if not os.path.exists(spec):
+    h = config.harness
+    spec = h.spec
+    if spec and (spec.endswith((".json", ".yaml", ".yml")) or os.sep in spec):
+        if check_paths and not os.path.exists(spec):
             bad("harness.spec", spec, "harness spec file not found",
                 "point --config.harness.spec at a JSON/YAML harness spec, or '' for the base harness")
+    elif spec:
+        from harness_jax.harness import presets
+        if spec not in presets.names():
+            bad("harness.spec", spec, "neither a spec file (.json/.yaml) nor a registered harness name",
+                f"use one of {', '.join(presets.names())}, a JSON/YAML path, or '' for H0")
+    _int_at_least(bad, "harness.infra_retries", h.infra_retries, 0)
+    if not h.hook_timeout_s > 0:
+        bad("harness.hook_timeout_s", h.hook_timeout_s, "must be > 0", "e.g. 1.0")
+    _int_at_least(bad, "harness.hook_workers", h.hook_workers, 1)
+    _int_at_least(bad, "harness.overlay_workers", h.overlay_workers, 1)
 
 
 def _check_rl(config, bad):
@@ -319,19 +311,30 @@ def _check_rl(config, bad):
         bad("rl.dual_clip", rl.dual_clip, "dual-clip constant must be > 1 (or 0 = off)", "e.g. 3.0 or 0")
     if not rl.tis_cap > 0:
         bad("rl.tis_cap", rl.tis_cap, "the importance-weight cap must be > 0", "e.g. 2.0 (or --config.rl.tis_mode=none)")
-    _one_of(bad, "rl.tis_mode", rl.tis_mode, ("cap", "mask", "literal", "none"))
-    _one_of(bad, "rl.adv_scale", rl.adv_scale, ("std", "none"))
-    _one_of(bad, "rl.adv_baseline", rl.adv_baseline, ("mean", "loo"))
-    _one_of(bad, "rl.agg", rl.agg, ("token_mean", "seq_mean_token_mean", "constant"))
-    _one_of(bad, "rl.kl_estimator", rl.kl_estimator, ("k1", "k2", "k3"))
+    if not 0 <= rl.tis_low <= rl.tis_high:
+        bad("rl.tis_low", (rl.tis_low, rl.tis_high), "the 'mask' interval needs 0 <= tis_low <= tis_high",
+            "e.g. --config.rl.tis_low=0.5 --config.rl.tis_high=2.0")
+    _one_of(bad, "rl.tis_mode", rl.tis_mode, tuple(losses.TIS_WEIGHTS))
+    _one_of(bad, "rl.adv_scale", rl.adv_scale, tuple(losses.ADV_SCALES))
+    _one_of(bad, "rl.adv_baseline", rl.adv_baseline, tuple(losses.ADV_BASELINES))
+    _one_of(bad, "rl.agg", rl.agg, tuple(losses.AGGREGATIONS))
+    if not rl.norm_constant > 0:
+        bad("rl.norm_constant", rl.norm_constant, "must be > 0", "e.g. the expected response length")
+    _one_of(bad, "rl.kl_estimator", rl.kl_estimator, tuple(losses.KL_ESTIMATORS))
     if rl.kl_coef < 0:
         bad("rl.kl_coef", rl.kl_coef, "must be >= 0", "0 turns the KL term off")
+    if not rl.kl_clamp > 0:
+        bad("rl.kl_clamp", rl.kl_clamp, "must be > 0", "e.g. 10.0")
     if rl.adv_eps <= 0:
         bad("rl.adv_eps", rl.adv_eps, "must be > 0 (it guards the division by the group std)", "e.g. 1e-6")
     _int_at_least(bad, "rl.epochs", rl.epochs, 1)
     _int_at_least(bad, "rl.mini_batches", rl.mini_batches, 1)
     _int_at_least(bad, "rl.micro_batches", rl.micro_batches, 1)
     _int_at_least(bad, "rl.pack_len", rl.pack_len, 16)
+    buckets = tuple(rl.pack_buckets or ())
+    if not all(isinstance(b, int) and b >= 1 for b in buckets):
+        bad("rl.pack_buckets", buckets, "needs positive integer row lengths", "e.g. '(512, 1024, 2048)' or '()'")
+    _int_at_least(bad, "rl.pad_token_id", rl.pad_token_id, 0)
     _int_at_least(bad, "rl.logit_chunk", rl.logit_chunk, 0, "set --config.rl.logit_chunk=0 (whole rows) or e.g. 1024")
     mnt = config.rollout.max_new_tokens
     if isinstance(rl.pack_len, int) and isinstance(mnt, int) and rl.pack_len <= mnt:
@@ -351,8 +354,12 @@ def _check_opt(config, bad):
     o = config.opt
     if not o.lr > 0:
         bad("opt.lr", o.lr, "learning rate must be > 0", "e.g. 1e-6 for billion-parameter models")
-    _one_of(bad, "opt.schedule", o.schedule, ("constant", "cosine", "linear"))
+    _one_of(bad, "opt.schedule", o.schedule, SCHEDULES)
     _int_at_least(bad, "opt.warmup_steps", o.warmup_steps, 0)
+    if not 0 <= o.end_lr_ratio <= 1:
+        bad("opt.end_lr_ratio", o.end_lr_ratio, "must be in [0, 1]", "e.g. 0.0 (decay to zero) or 0.1")
+    if not o.eps > 0:
+        bad("opt.eps", o.eps, "Adam epsilon must be > 0", "e.g. 1e-8")
     for k in ("b1", "b2"):
         v = o[k]
         if not 0 <= v < 1:
@@ -375,6 +382,11 @@ def _check_sft(config, bad):
                 "raise --config.sft.num_demos or lower --config.sft.batch_size")
     if not s.lr > 0:
         bad("sft.lr", s.lr, "learning rate must be > 0", "e.g. 1e-3 for the tiny model")
+    _one_of(bad, "sft.schedule", s.schedule, SCHEDULES)
+    _int_at_least(bad, "sft.warmup_steps", s.warmup_steps, 0)
+    _int_at_least(bad, "sft.seed_offset", s.seed_offset, 0)
+    _int_at_least(bad, "sft.demo_concurrency", s.demo_concurrency, 1)
+    _int_at_least(bad, "sft.ckpt_every_steps", s.ckpt_every_steps, 1)
 
 
 def _check_ckpt_eval_log(config, bad):
@@ -388,7 +400,6 @@ def _check_ckpt_eval_log(config, bad):
             "set --config.eval.temperature=0.7 or --config.eval.k=1")
     if ev.temperature < 0:
         bad("eval.temperature", ev.temperature, "must be >= 0", "0 = greedy")
-    _int_at_least(bad, "log.every_steps", config.log.every_steps, 1)
     _one_of(bad, "log.progress_bar", config.log.progress_bar, ("auto", "on", "off"))
     if config.log.peak_flops < 0:
         bad("log.peak_flops", config.log.peak_flops, "must be >= 0", "0 = measure on CPU; else the chip's peak FLOP/s")

@@ -12,10 +12,13 @@ number of processes    ``--num_processes``             ``HJ_NUM_PROCESSES`` / ``
 this process's index   ``--process_id``                ``HJ_PROCESS_ID`` / ``JAX_PROCESS_ID``
 =====================  ==============================  ======================================
 
-With none of them set and a single process, nothing is initialised (``initialize`` returns
-False), so the same entry point runs on a laptop and on a pod. On TPU pods and SLURM,
-``jax.distributed.initialize()`` can discover everything itself: pass ``auto=True``.
-On CPU the cross-process collectives use gloo (set before initialisation).
+With none of them set, ``initialize`` still starts multi-host JAX when the environment shows a
+multi-process launch JAX can discover by itself (a SLURM job with several tasks, a multi-host TPU
+slice: ``TPU_WORKER_HOSTNAMES`` lists several hosts), or when ``auto=True``; otherwise nothing is
+initialised (returns False), so the same entry point runs on a laptop and on a pod. Either way
+it logs the process index, device counts and platform, so a wrong topology shows up in the first
+lines. On CPU the cross-process collectives use gloo (set before initialisation). This is the
+one start-up path: the launchers call ``initialize()`` first thing.
 """
 from __future__ import annotations
 
@@ -79,7 +82,8 @@ class DistributedConfig:
 
 def resolve(coordinator_address=None, num_processes=None, process_id=None) -> DistributedConfig:
     addr = coordinator_address or _flag("coordinator_address") or _env("HJ_COORDINATOR_ADDRESS",
-                                                                        "JAX_COORDINATOR_ADDRESS")
+                                                                        "JAX_COORDINATOR_ADDRESS",
+                                                                        "COORDINATOR_ADDRESS")
     n = num_processes if num_processes is not None else _flag("num_processes")
     n = n if n is not None else _env("HJ_NUM_PROCESSES", "JAX_NUM_PROCESSES")
     pid = process_id if process_id is not None else _flag("process_id")
@@ -89,31 +93,44 @@ def resolve(coordinator_address=None, num_processes=None, process_id=None) -> Di
     return cfg
 
 
+def discoverable_multiprocess(environ=None) -> bool:
+    """True when the environment describes a multi-process launch that
+    ``jax.distributed.initialize()`` discovers without arguments (SLURM with several tasks, a
+    multi-host TPU slice)."""
+    environ = os.environ if environ is None else environ
+    if int(environ.get("SLURM_NTASKS", "1") or 1) > 1:
+        return True
+    return "," in environ.get("TPU_WORKER_HOSTNAMES", "")
+
+
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, *, auto: bool = False,
                initialization_timeout: int = 300) -> bool:
-    """Initialise multi-process JAX when configured; returns True when it did.
+    """Initialise multi-process JAX when configured or discoverable; returns True when it did.
 
     Must run before any JAX computation. Logs the process index, device counts and platform.
     """
-    if auto:
-        jax.distributed.initialize()
-        _log()
-        return True
     cfg = resolve(coordinator_address, num_processes, process_id)
-    if cfg.num_processes is None or cfg.num_processes <= 1:
-        return False
-    if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=cfg.coordinator_address, num_processes=cfg.num_processes,
-                               process_id=cfg.process_id, initialization_timeout=initialization_timeout)
+    if cfg.num_processes is not None and cfg.num_processes > 1:
+        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=cfg.coordinator_address,
+                                   num_processes=cfg.num_processes, process_id=cfg.process_id,
+                                   initialization_timeout=initialization_timeout)
+        started = True
+    elif auto or discoverable_multiprocess():
+        jax.distributed.initialize()
+        started = True
+    else:
+        started = False
     _log()
-    return True
+    return started
 
 
 def _log():
-    logging.info("jax.distributed: process %d/%d, %d local / %d global devices (%s)", jax.process_index(),
-                 jax.process_count(), jax.local_device_count(), jax.device_count(), jax.devices()[0].platform)
+    logging.info("process %d/%d; %d local / %d global devices; platform %s; devices %s", jax.process_index(),
+                 jax.process_count(), jax.local_device_count(), jax.device_count(), jax.default_backend(),
+                 jax.local_devices()[:8])
 
 
 def is_main_process() -> bool:

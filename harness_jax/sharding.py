@@ -45,21 +45,53 @@ SAMPLE_RULES: Rules = tuple((k, None if v == "fsdp" else v) for k, v in TRAIN_RU
 DEFAULT_RULES = TRAIN_RULES
 
 
-def make_mesh(shape: Sequence[int], axes: Sequence[str] = MESH_AXES, devices=None) -> Mesh:
-    """A mesh of ``shape`` over the first ``prod(shape)`` devices; missing trailing axes get size 1.
+def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:
+    """``shape`` with its (at most one) ``-1`` entry filled so that the product is ``num_devices``.
+
+    The one place a ``-1`` mesh axis is resolved (``make_mesh``, the learner, the experiment
+    builders and config validation all use it).
+    """
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"mesh shape {shape}: every entry must be >= 1, with at most one -1 "
+                         "(which takes the remaining devices)")
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if -1 not in shape:
+        return shape
+    if num_devices % known:
+        raise ValueError(f"mesh shape {shape}: the fixed axes ({known} devices) do not divide the "
+                         f"{num_devices} devices; choose axis sizes whose product divides {num_devices}")
+    return tuple(num_devices // known if s == -1 else s for s in shape)
+
+
+def make_mesh(shape: Sequence[int] = (1, -1, 1, 1), axes: Sequence[str] = MESH_AXES, devices=None) -> Mesh:
+    """A mesh of ``shape`` over the first ``prod(shape)`` of ``devices`` (default: all global
+    devices); missing trailing axes get size 1 and one ``-1`` entry takes the remaining devices.
 
     ``make_mesh((2, 2, 2))`` -> data=2, fsdp=2, tensor=2, expert=1.
     """
-    shape = tuple(int(s) for s in shape)
     axes = tuple(axes)
+    devices = list(jax.devices() if devices is None else devices)
+    shape = tuple(int(s) for s in shape)
     if len(shape) > len(axes):
         raise ValueError(f"make_mesh: shape {shape} has more entries than axes {axes}")
-    shape = shape + (1,) * (len(axes) - len(shape))
+    shape = resolve_mesh_shape(shape + (1,) * (len(axes) - len(shape)), len(devices))
     n = int(np.prod(shape))
-    devices = list(jax.devices() if devices is None else devices)
     if n > len(devices):
         raise ValueError(f"make_mesh: shape {shape} needs {n} devices but only {len(devices)} are available")
     return Mesh(np.asarray(devices[:n]).reshape(shape), axes)
+
+
+def batch_axes(mesh: Mesh, rules: Optional[Rules] = None) -> tuple[str, ...]:
+    """Mesh axes the batch (rows) dimension is split over: the rules' ``batch`` entry, minus axes
+    of size 1. Packed batches need a row count divisible by the product of their sizes."""
+    a = logical_to_mesh(("batch",), mesh, rules)[0]
+    return () if a is None else ((a,) if isinstance(a, str) else tuple(a))
+
+
+def batch_devices(mesh: Mesh, rules: Optional[Rules] = None) -> int:
+    """Devices the batch dimension is split over (data-parallel degree incl. ``expert``)."""
+    return int(np.prod([mesh.shape[a] for a in batch_axes(mesh, rules)], dtype=np.int64))
 
 
 def _axes_of(rules: Rules, name) -> tuple:

@@ -4,7 +4,7 @@
         --checkpoint=/tmp/run/hf_final --split=selection --k=3 --out=/tmp/run/eval_selection.json
 
 ``--checkpoint`` is an HF directory (config.json + safetensors) or the workdir of a training run
-(its latest checkpoint). ``--split=test`` is allowed here only (the test split is sealed for
+(the parameters of its latest checkpoint; no optimizer state is read). ``--split=test`` is allowed here only (the test split is sealed for
 training). Writes a results JSON (success, Pass@k, Avg@k, per-category) for table regeneration.
 """
 import os
@@ -15,29 +15,29 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from harness_jax import distributed  # noqa: E402
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "where traces of the evaluation go")
 _CKPT = flags.DEFINE_string("checkpoint", "", "HF dir or training workdir ('' = config's model)")
 _SPLIT = flags.DEFINE_string("split", "selection", "train | search | selection | test")
-_HARNESS = flags.DEFINE_string("harness", "", "harness spec path/name ('' = config.harness.spec)")
+_HARNESS = flags.DEFINE_string("harness", "", "harness spec file or registered name ('' = config.harness.spec)")
 _K = flags.DEFINE_integer("k", 0, "attempts per task (0 = config.eval.k)")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "tasks (0 = config.eval.num_tasks)")
 _OUT = flags.DEFINE_string("out", "", "results JSON path ('' = <workdir>/eval_<split>.json)")
 flags.mark_flags_as_required(["config", "workdir"])
+distributed.define_flags()
 
 
 def main(argv):
     del argv
-    from harness_jax.train import runtime
-    runtime.initialize_and_log()
+    distributed.initialize()
     from harness_jax.envs import registry
-    from harness_jax.train import evaluation
+    from harness_jax.train import builders, evaluation
 
     config = _CONFIG.value
     n = _NUM_TASKS.value or config.eval.num_tasks
-    kw = dict(config.env.split_kwargs)
-    if "path" not in kw:
-        kw["n"] = n
+    kw = builders.split_kwargs(config, n)
     if _SPLIT.value == "test":   # the sealed split is opened here, by the entry point, only
         with registry.sealed_test_access(f"launch/evaluate.py checkpoint={_CKPT.value or 'config'}"):
             tasks = registry.load_split(config.env.name, "test", **kw)[:n]

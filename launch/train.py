@@ -3,8 +3,9 @@
     python launch/train.py --config=experiments/configs/tiny_cpu.py --workdir=/tmp/run \
         [--config.rl.group_size=8 ...]
 
-Running the same command again resumes from <workdir>/checkpoints. SIGTERM saves a checkpoint
-and exits cleanly.
+Running the same command again resumes from <workdir>/checkpoints (or from the SFT warm start's
+last checkpoint). SIGTERM saves a checkpoint and exits cleanly. ``--workdir`` may be a URI
+(``gs://bucket/run``).
 """
 import os
 import sys
@@ -14,15 +15,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
+from harness_jax import distributed  # noqa: E402
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "checkpoints, metrics and traces go here")
+_WORKDIR = flags.DEFINE_string("workdir", None, "checkpoints, metrics and traces go here (path or gs:// URI)")
 flags.mark_flags_as_required(["config", "workdir"])
+distributed.define_flags()
 
 
 def main(argv):
     del argv
-    from harness_jax.train import runtime
-    runtime.initialize_and_log()          # multi-host init when the environment says so; logs devices
+    distributed.initialize()              # multi-host when flags/environment say so; logs devices
     from harness_jax.train import loop
     summary = loop.train(_CONFIG.value, _WORKDIR.value)
     logging.info("done: %s", summary)

@@ -44,12 +44,12 @@ def get_config():
     c.num_steps = 200                     # GRPO steps
 
     c.model.preset = "9b"                 # Qwen3.5 family defaults, resized below to ~4B
-    c.model.overrides = dict(             # ~4B Qwen3.5 shape for validation/AOT without weights; with
-        hidden_size=2560,                 # --config.model.hf_path the checkpoint's config.json is used instead
-        intermediate_size=9216,           # SwiGLU width
-        num_hidden_layers=32,             # 8 cycles of 3 Gated DeltaNet + 1 gated attention
-        tie_word_embeddings=True,         # small Qwen models tie the LM head
-    )
+    # ~4B Qwen3.5 shape for validation/AOT without weights; with --config.model.hf_path the
+    # checkpoint's config.json is used instead
+    c.model.arch.hidden_size = 2560       # model width
+    c.model.arch.intermediate_size = 9216  # SwiGLU width
+    c.model.arch.num_hidden_layers = 32   # 8 cycles of 3 Gated DeltaNet + 1 gated attention
+    c.model.arch.tie_word_embeddings = True  # small Qwen models tie the LM head
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
     c.model.remat = "block"               # rematerialise each decoder block
@@ -60,7 +60,6 @@ def get_config():
     c.mesh.platform = "gpu"               # H100-80GB
 
     c.rollout.mode = "disaggregated"      # SGLang servers on GPUs 4-7
-    c.rollout.engine = "sglang"           # SGLang HTTP API
     c.rollout.server_urls = ("http://127.0.0.1:30000", "http://127.0.0.1:30001",
                              "http://127.0.0.1:30002", "http://127.0.0.1:30003")  # one per GPU
     c.rollout.sync_every = 1              # export + update_weights_from_disk after every step

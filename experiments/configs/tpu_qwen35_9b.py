@@ -44,8 +44,7 @@ def get_config():
     c.mesh.num_devices = 16               # v5p-32 = 16 chips
     c.mesh.platform = "tpu"               # TPU v5p
 
-    c.rollout.mode = "colocated"          # embedded JaxEngine on the learner's mesh
-    c.rollout.engine = "jax"              # in-place weight update
+    c.rollout.mode = "colocated"          # embedded JaxEngine on the learner's mesh, in-place weight update
     c.rollout.max_slots = 64              # decode slots
     c.rollout.max_len = 16384             # prompt + 15 rounds
     c.rollout.max_new_tokens = 512        # per turn

@@ -68,6 +68,7 @@ class ExecutorConfig:
     infra_retries: int = 2          # extra attempts after an infrastructure failure
     concurrency: int = 64           # episodes in flight in run_episodes
     hook_timeout_s: float = 1.0
+    overlay_workers: Optional[int] = None  # sandbox processes of an overlay built from a Patch (None: Overlay's default)
     # keep every hook context in the trajectory (inputs of the runtime no-op dry run for
     # cached baselines; O(turns^2) text, so off by default)
     record_hook_contexts: bool = False
@@ -219,7 +220,7 @@ class Executor:
         self.env_name = env_name
         if isinstance(overlay, Patch):
             overlay = Overlay(overlay, env_name=env_name or overlay.benchmark or None,
-                              timeout_s=config.hook_timeout_s)
+                              timeout_s=config.hook_timeout_s, workers=config.overlay_workers)
         self.overlay: Optional[Overlay] = overlay
         ids = {}
         for tok in ("<|im_end|>", "<|endoftext|>"):

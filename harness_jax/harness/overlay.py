@@ -46,8 +46,10 @@ class Overlay:
     """A patch installed for one executor (share it across episodes; state lives in ``nb``)."""
 
     def __init__(self, patch: Optional[Patch], env_name: Optional[str] = None,
-                 sandbox: Union[None, HookSandbox, HookSandboxPool] = None, timeout_s: float = 1.0):
+                 sandbox: Union[None, HookSandbox, HookSandboxPool] = None, timeout_s: float = 1.0,
+                 workers: Optional[int] = None):
         self.patch = patch
+        self.workers = workers          # own pool size (None: $HARNESS_JAX_OVERLAY_WORKERS or 2)
         self.env_name = env_name
         self.timeout_s = timeout_s
         self._sandbox = sandbox
@@ -67,7 +69,7 @@ class Overlay:
         pool, so hostile code of one patch can never touch the hooks of another (e.g. the K
         candidate patches of one GRPO group evaluated side by side)."""
         if self._sandbox is None:
-            n = int(os.environ.get("HARNESS_JAX_OVERLAY_WORKERS", "2"))
+            n = self.workers or int(os.environ.get("HARNESS_JAX_OVERLAY_WORKERS", "2"))
             self._sandbox = HookSandboxPool(size=max(1, n))
             self._owns_sandbox = True
         return self._sandbox

@@ -71,3 +71,22 @@ def base_harness(env_name: str, protocol: str = "function", **overrides) -> Harn
 
         spec = dataclasses.replace(spec, **overrides)
     return spec
+
+
+# Named harnesses: ``config.harness.spec`` may name one (built for the run's env and protocol).
+_NAMED = {"H0": base_harness}
+
+
+def register(name: str, factory) -> None:
+    """Registers ``factory(env_name, protocol) -> HarnessSpec`` under ``name``."""
+    _NAMED[name] = factory
+
+
+def names() -> list:
+    return sorted(_NAMED)
+
+
+def named(name: str, env_name: str, protocol: str) -> HarnessSpec:
+    if name not in _NAMED:
+        raise KeyError(f"harness {name!r} is not registered; registered: {names()}")
+    return _NAMED[name](env_name, protocol)

@@ -364,15 +364,24 @@ class HookSandboxPool:
 
 _DEFAULT: Optional[HookSandboxPool] = None
 _DEFAULT_LOCK = threading.Lock()
+_DEFAULT_WORKERS: Optional[int] = None
+
+
+def configure_default_sandbox(workers: int) -> None:
+    """Sets the size of the shared pool before its first use (training runs pass
+    ``config.harness.hook_workers``)."""
+    global _DEFAULT_WORKERS
+    _DEFAULT_WORKERS = int(workers)
 
 
 def default_sandbox() -> HookSandboxPool:
-    """The process-wide shared worker pool used by ``run_hook`` and overlays
-    (``$HARNESS_JAX_HOOK_WORKERS`` workers, default 4)."""
+    """The process-wide shared worker pool used by ``run_hook`` and overlays (workers:
+    ``configure_default_sandbox``, else ``$HARNESS_JAX_HOOK_WORKERS`` (a deployment override),
+    else 4)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None:
-            n = int(os.environ.get("HARNESS_JAX_HOOK_WORKERS", "4"))
+            n = _DEFAULT_WORKERS or int(os.environ.get("HARNESS_JAX_HOOK_WORKERS", "4"))
             _DEFAULT = HookSandboxPool(size=max(1, n))
             import atexit
 

@@ -188,26 +188,3 @@ def pack_segments(segments: Sequence[TokenSegment], cfg: PackConfig = PackConfig
     stats.row_length = T
     stats.num_loss_tokens = int(arr["loss_mask"].sum())
     return TrainBatch(**arr, meta=meta, stats=stats)
-
-
-def assign_group_advantages(segments: Sequence[TokenSegment], eps: float = 1e-6, **adv_kw) -> dict:
-    """Fill ``segment.advantage`` from group-relative rewards (groups by ``group_id``).
-
-    Groups may have different sizes. Returns ``{"zero_variance_fraction", "num_groups"}``.
-    """
-    from harness_jax.rl import losses  # local: keeps batch.py importable without jax in workers
-
-    groups: dict[str, list[int]] = {}
-    for i, s in enumerate(segments):
-        groups.setdefault(s.group_id, []).append(i)
-    zero = 0
-    for idx in groups.values():
-        r = np.asarray([[segments[i].reward for i in idx]], np.float32)
-        if len(idx) == 1:
-            a = np.zeros_like(r)
-        else:
-            a = np.asarray(losses.group_advantages(r, eps=eps, **adv_kw))
-        zero += int(np.all(r == r[0, 0]))
-        for j, i in enumerate(idx):
-            segments[i].advantage = float(a[0, j])
-    return {"zero_variance_fraction": zero / max(len(groups), 1), "num_groups": len(groups)}

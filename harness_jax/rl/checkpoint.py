@@ -11,17 +11,43 @@ Atomicity is Orbax's: a save is written to a temporary directory and renamed onl
 file (and, async, every host) is done, so ``latest_step()`` never names a half-written
 checkpoint. On SIGTERM (preemption) a flag is set; the next ``maybe_save`` saves whatever the
 interval says, waits for it to finish, and ``should_stop()`` tells the loop to exit.
+
+Directories may be local paths or URIs (``gs://bucket/run/checkpoints``): paths go through etils
+``epath``, which keeps the scheme (``os.path.abspath`` would turn it into a local ``gs:/``
+folder). ``restore_params`` reads only the parameters of a checkpoint (evaluation, warm starts
+from another run), without an optimizer or a learner.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import threading
 from typing import Any, Optional
 
 import jax
 import orbax.checkpoint as ocp
+
+from harness_jax.paths import resolve
+
+
+def restore_params(directory, abstract_params, step: Optional[int] = None):
+    """Only the parameters (``state["params"]``) of the checkpoint at ``step`` (default: the
+    latest) under ``directory``, restored onto ``abstract_params``' shardings
+    (``ShapeDtypeStruct``s with ``sharding``). Returns ``(params, step)``; raises
+    ``FileNotFoundError`` naming the directory when it holds no checkpoint."""
+    path = resolve(directory)
+    mgr = ocp.CheckpointManager(path, item_names=("state", "meta"))
+    try:
+        step = mgr.latest_step() if step is None else int(step)
+        if step is None:
+            raise FileNotFoundError(f"{path}: no Orbax checkpoint in this directory; pass a training "
+                                    "run's checkpoints directory")
+        item = {"params": abstract_params}
+        out = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+            item, restore_args=ocp.checkpoint_utils.construct_restore_args(item), partial_restore=True)))
+        return out["state"]["params"], step
+    finally:
+        mgr.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +59,7 @@ class CheckpointConfig:
     save_on_sigterm: bool = True
 
     def __post_init__(self):
-        if not self.directory:
+        if not str(self.directory):
             raise ValueError("CheckpointConfig.directory: empty; give a writable directory")
         if self.save_interval_steps < 1:
             raise ValueError(f"CheckpointConfig.save_interval_steps: {self.save_interval_steps} must be >= 1")
@@ -48,8 +74,8 @@ class Checkpointer:
         self.cfg = cfg
         opts = ocp.CheckpointManagerOptions(max_to_keep=cfg.max_to_keep, save_interval_steps=cfg.save_interval_steps,
                                             enable_async_checkpointing=cfg.async_save, create=True)
-        self.manager = ocp.CheckpointManager(os.path.abspath(cfg.directory), options=opts,
-                                             item_names=("state", "meta"))
+        self.directory = resolve(cfg.directory)
+        self.manager = ocp.CheckpointManager(self.directory, options=opts, item_names=("state", "meta"))
         self._preempted = threading.Event()
         self._prev_handler = None
         if cfg.save_on_sigterm and threading.current_thread() is threading.main_thread():

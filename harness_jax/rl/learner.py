@@ -2,9 +2,10 @@
 
 Layout of one ``Learner.update(batch)`` (one rollout batch, one policy version):
 
-1. the packed ``TrainBatch`` is placed on the mesh (rows over ``("data", "fsdp")``);
+1. the packed ``TrainBatch`` is placed on the mesh (rows over the rules' ``batch`` axes:
+   ``data``, ``fsdp`` and ``expert`` by default);
 2. ``old_logp`` is recomputed with the current parameters (``recompute_old_logp``), else the
-   rollout engine's log-probs are used; a frozen reference model's log-probs are added when a
+   rollout engine's log-probs are used; the frozen reference's log-probs are added when a
    KL coefficient is set;
 3. for each epoch the rows are shuffled (a key from the checkpointed train-state RNG) and cut
    into ``num_mini_batches`` mini-batches; each mini-batch is one optimizer step.
@@ -27,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +38,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from harness_jax import sharding as hsharding
-from harness_jax.rl import losses
+from harness_jax.rl import losses, perf
 from harness_jax.rl.batch import TrainBatch
 from harness_jax.rl.logprobs import token_logprobs
 
-MESH_AXES = hsharding.MESH_AXES
 
 
 # ----------------------------------------------------------------------------------------------
@@ -70,6 +70,10 @@ class OptimizerConfig:
             raise ValueError("OptimizerConfig.warmup_steps must be >= 0 and total_steps >= 1")
         if self.clip_norm is not None and self.clip_norm <= 0:
             raise ValueError(f"OptimizerConfig.clip_norm: {self.clip_norm} must be > 0 (or None)")
+        if self.eps <= 0:
+            raise ValueError(f"OptimizerConfig.eps: {self.eps} must be > 0")
+        if not 0 <= self.end_lr_ratio <= 1:
+            raise ValueError(f"OptimizerConfig.end_lr_ratio: {self.end_lr_ratio} must be in [0, 1]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,31 +136,8 @@ def make_optimizer(opt: OptimizerConfig) -> tuple[optax.GradientTransformation, 
 
 
 # ----------------------------------------------------------------------------------------------
-# mesh and shardings
+# shardings and host <-> global arrays
 # ----------------------------------------------------------------------------------------------
-def make_mesh(shape: Sequence[int] = (1, -1, 1, 1), axes: Sequence[str] = MESH_AXES,
-              devices: Optional[Sequence] = None) -> Mesh:
-    """``harness_jax.sharding.make_mesh`` over all (global) devices, where one ``-1`` entry
-    takes the remaining devices."""
-    devices = list(jax.devices() if devices is None else devices)
-    shape = list(shape)
-    if shape.count(-1) > 1:
-        raise ValueError(f"mesh shape {shape}: at most one -1")
-    if -1 in shape:
-        shape[shape.index(-1)] = len(devices) // math.prod(s for s in shape if s != -1)
-    if math.prod(shape) != len(devices):
-        raise ValueError(f"mesh shape {tuple(shape)} needs {math.prod(shape)} devices but there are "
-                         f"{len(devices)}; make the product equal the device count")
-    return hsharding.make_mesh(shape, axes, devices)
-
-
-def batch_axes(mesh: Mesh, rules) -> tuple[str, ...]:
-    """Mesh axes the batch (rows) dimension is split over: the rules' ``batch`` entry."""
-    spec = hsharding.logical_to_mesh(("batch",), mesh, rules)
-    a = spec[0]
-    return () if a is None else ((a,) if isinstance(a, str) else tuple(a))
-
-
 def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
     """Pure-dict tree of NamedShardings for an nnx parameter state (from Param metadata)."""
     spec_tree = nnx.to_pure_dict(nnx.get_partition_spec(abstract_state))
@@ -193,52 +174,85 @@ def fetch(x):
     return np.asarray(x)
 
 
+def _abstract(x, sharding=None):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+
 # ----------------------------------------------------------------------------------------------
 # the learner
 # ----------------------------------------------------------------------------------------------
 BATCH_KEYS = ("input_ids", "target_ids", "loss_mask", "rollout_logp", "old_logp", "advantages",
               "segment_ids", "positions")
+_INT_KEYS = ("input_ids", "target_ids", "segment_ids", "positions")
 
 
 class Learner:
     """Owns the sharded train state of one policy and updates it from packed rollout batches.
 
     ``state`` is a pytree ``{"params", "opt_state", "step", "rng"}`` (pure dicts of arrays,
-    checkpointable as is); ``policy_version`` counts consumed rollout batches.
+    checkpointable as is); ``policy_version`` counts consumed rollout batches. With a KL term
+    (``cfg.loss.kl_coef > 0``) the learner keeps one frozen copy of the parameters it starts
+    from as the reference (``ref_params``); ``set_params(..., reset_reference=True)`` moves it,
+    e.g. to the policy an SFT warm start produced.
+
+    ``Learner(model, cfg, mesh=..., rules=...)`` places a concrete model's parameters on the
+    mesh (as a copy: the train state is donated every step, the model keeps its buffers).
+    ``Learner.abstract(model, ...)`` builds the same shardings and jitted step from an abstract
+    model (``nnx.eval_shape``): ``state`` then holds ``ShapeDtypeStruct``s with their shardings,
+    no device memory is used, and ``lower_train_step`` lowers the step for ahead-of-time checks.
     """
 
     def __init__(self, model: nnx.Module, cfg: LearnerConfig = LearnerConfig(), *, mesh: Optional[Mesh] = None,
-                 rules=None, ref_model: Optional[nnx.Module] = None,
-                 flops_per_token: Optional[Callable[[int], float]] = None):
+                 rules=None, flops_per_token: Optional[Callable[[int], float]] = None,
+                 abstract: bool = False):
         self.cfg = cfg
-        self.mesh = mesh if mesh is not None else make_mesh((1, -1, 1, 1))
+        self.mesh = mesh if mesh is not None else hsharding.make_mesh((1, -1, 1, 1))
         self.rules = rules if rules is not None else hsharding.TRAIN_RULES
-        self.batch_axes = batch_axes(self.mesh, self.rules)
+        self.is_abstract = bool(abstract)
+        self.batch_axes = hsharding.batch_axes(self.mesh, self.rules)
         self.graphdef, params_state, self.rest_state = nnx.split(model, nnx.Param, ...)
-        self._abstract_params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params_state)
+        self._abstract_params = jax.tree.map(_abstract, params_state)
         self.param_sharding = param_shardings(params_state, self.mesh, self.rules)
         self.tx, self.schedule = make_optimizer(cfg.opt)
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P(self.batch_axes or None, None))
-        self._rest_sharding = jax.tree.map(lambda _: self.replicated, nnx.to_pure_dict(self.rest_state))
-        self.rest = jax.tree.map(put_global, nnx.to_pure_dict(self.rest_state), self._rest_sharding)
-        self.flops_per_token = flops_per_token or _model_flops_fn(model)
+        rest = nnx.to_pure_dict(self.rest_state)
+        # non-parameter variables are small buffers: concrete zeros are enough to trace
+        self.rest = (jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), rest) if abstract else
+                     jax.tree.map(lambda x: put_global(x, self.replicated), rest))
+        n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.to_pure_dict(params_state)))
+        self.num_params = int(n_params)
+        self.flops_per_token = flops_per_token or perf.flops_per_token_fn(
+            getattr(model, "config", None), self.num_params)
         self.policy_version = 0
 
-        params = jax.tree.map(put_global, nnx.to_pure_dict(params_state), self.param_sharding)
-        self.state_sharding = self._state_shardings(params)
-        init = jax.jit(self._init_state, out_shardings=self.state_sharding)
-        self.state = init(params, jnp.asarray(jax.random.PRNGKey(cfg.seed), jnp.uint32))
+        params = nnx.to_pure_dict(params_state)
+        params_abs = jax.tree.map(_abstract, params, self.param_sharding)
+        self.state_sharding = self._state_shardings(params_abs)
+        rng = jnp.asarray(jax.random.PRNGKey(cfg.seed), jnp.uint32)
+        if abstract:
+            shapes = jax.eval_shape(self._init_state, params_abs, _abstract(rng))
+            self.state = jax.tree.map(_abstract, shapes, self.state_sharding)
+        else:
+            init = jax.jit(self._init_state, out_shardings=self.state_sharding)
+            self.state = init(jax.tree.map(put_global, params, self.param_sharding), rng)
 
+        self._copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=self.param_sharding)
         self.ref_params = None
-        if ref_model is not None:
-            _, ref_state, _ = nnx.split(ref_model, nnx.Param, ...)
-            self.ref_params = jax.tree.map(put_global, nnx.to_pure_dict(ref_state), self.param_sharding)
+        if cfg.mode == "grpo" and cfg.loss.kl_coef > 0:
+            self.ref_params = (params_abs if abstract else self._copy_params(self.state["params"]))
 
         self._train_step = jax.jit(self._step, in_shardings=(self.state_sharding, self.batch_sharding),
                                    out_shardings=(self.state_sharding, self.replicated), donate_argnums=(0,))
         self._logp_fn = jax.jit(self._batch_logp, in_shardings=(self.param_sharding, self.batch_sharding),
                                 out_shardings=self.replicated)
+
+    @classmethod
+    def abstract(cls, model: nnx.Module, cfg: LearnerConfig = LearnerConfig(), *, mesh: Optional[Mesh] = None,
+                 rules=None, flops_per_token: Optional[Callable[[int], float]] = None) -> "Learner":
+        """A weightless learner from an abstract model (``nnx.eval_shape(lambda: Model(...))``):
+        the real learner's shardings and jitted step, ``state`` as sharded ShapeDtypeStructs."""
+        return cls(model, cfg, mesh=mesh, rules=rules, flops_per_token=flops_per_token, abstract=True)
 
     # ---- state ---------------------------------------------------------------------------
     def _init_state(self, params, rng):
@@ -252,8 +266,41 @@ class Learner:
         return {"params": self.param_sharding, "opt_state": opt_sh, "step": self.replicated,
                 "rng": self.replicated}
 
+    def _require_concrete(self, what: str):
+        if self.is_abstract:
+            raise RuntimeError(f"Learner.{what}: this learner is abstract (no weights); build it with "
+                               "Learner(model, ...) to train")
+
+    def _copy_params(self, params):
+        """Parameters (any global arrays, or host values) as fresh buffers on this learner's
+        parameter shardings (never aliasing the donated train state)."""
+        if all(isinstance(x, jax.Array) for x in jax.tree.leaves(params)):
+            return self._copy(params)
+        return jax.tree.map(put_global, params, self.param_sharding)
+
+    def set_params(self, params, *, reset_reference: bool = False) -> None:
+        """Replace the policy parameters (a pure dict like ``state["params"]``, e.g. another
+        learner's); optimizer state, step and RNG are kept. ``reset_reference=True`` also makes
+        them the KL reference (when the learner has one)."""
+        self._require_concrete("set_params")
+        self.state["params"] = self._copy_params(params)
+        if reset_reference and self.ref_params is not None:
+            self.ref_params = self._copy_params(self.state["params"])
+
+    def set_reference(self, params) -> None:
+        """Replace the frozen KL reference (no-op when the learner has no KL term)."""
+        self._require_concrete("set_reference")
+        if self.ref_params is not None:
+            self.ref_params = self._copy_params(params)
+
+    def params_copy(self):
+        """A copy of the current parameters (safe to keep across updates, which donate the state)."""
+        self._require_concrete("params_copy")
+        return self._copy_params(self.state["params"])
+
     def model(self, params=None) -> nnx.Module:
-        """An nnx model view of ``params`` (default: the current parameters)."""
+        """An nnx model view of ``params`` (default: the current parameters, aliased: the next
+        update invalidates them; use ``params_copy()`` for a model to keep)."""
         params = self.state["params"] if params is None else params
         ps = jax.tree.map(lambda x: x, self._abstract_params)   # fresh State, filled in place
         nnx.replace_by_pure_dict(ps, params)
@@ -346,19 +393,34 @@ class Learner:
         new_params = jax.lax.with_sharding_constraint(new_params, self.param_sharding)
         metrics = losses.finalize_metrics(msum)
         leaves = jax.tree.leaves(new_params)
-        n = sum(x.size for x in leaves)
+        n = float(sum(x.size for x in leaves))        # a float: > 2^31 parameters overflow int32
         metrics.update(
             loss=loss, grad_norm=grad_norm, learning_rate=self.schedule(state["step"]),
-            param_rms=jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves) / float(n)),
-            update_rms=jnp.sqrt(sum(jnp.sum(jnp.square(u.astype(jnp.float32))) for u in jax.tree.leaves(updates)) / float(n)),
+            param_rms=jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves) / n),
+            update_rms=jnp.sqrt(sum(jnp.sum(jnp.square(u.astype(jnp.float32))) for u in jax.tree.leaves(updates)) / n),
             loss_tokens=jnp.sum(batch["loss_mask"]), tokens=jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32)))
         new_state = {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"]}
         return new_state, metrics
 
+    # ---- ahead-of-time lowering ------------------------------------------------------------
+    def batch_spec(self, rows: int, seq_len: int) -> dict:
+        """The train step's batch as sharded ShapeDtypeStructs (``rows`` x ``seq_len``)."""
+        check_rows(rows, self.row_multiple // (self.cfg.num_mini_batches or 1))
+        return {k: jax.ShapeDtypeStruct((rows, seq_len), jnp.int32 if k in _INT_KEYS else jnp.float32,
+                                        sharding=self.batch_sharding) for k in BATCH_KEYS}
+
+    def lower_train_step(self, rows: int, seq_len: int):
+        """``jax.stages.Lowered`` of one optimizer step on a ``rows x seq_len`` mini-batch (works on
+        abstract and concrete learners; ``.compile()`` reports per-device memory)."""
+        state = jax.tree.map(lambda x, s: _abstract(x, s), self.state, self.state_sharding)
+        return self._train_step.lower(state, self.batch_spec(rows, seq_len))
+
     # ---- host-side API -------------------------------------------------------------------
     @property
     def row_multiple(self) -> int:
-        """Rows of every TrainBatch must be a multiple of this (``PackConfig.row_multiple``)."""
+        """Rows of every TrainBatch must be a multiple of this (``PackConfig.row_multiple``):
+        mini-batches x micro-batches x the devices of the batch axes (``data``, ``fsdp``,
+        ``expert`` under the default rules)."""
         return required_row_multiple(self.cfg, self.mesh, self.rules)
 
     def _check_batch(self, batch: TrainBatch):
@@ -369,22 +431,26 @@ class Learner:
 
     def compute_logp(self, batch: TrainBatch, params=None) -> np.ndarray:
         """Trainer log-probs of the batch's targets (host numpy ``[R, T]``)."""
+        self._require_concrete("compute_logp")
         self._check_batch(batch)
-        arr = {k: v for k, v in batch.arrays().items() if k in ("input_ids", "target_ids", "segment_ids", "positions")}
+        arr = {k: v for k, v in batch.arrays().items() if k in _INT_KEYS}
         return fetch(self._logp_fn(self.state["params"] if params is None else params, self.put_batch(arr)))
 
     def train_step(self, arrays: Mapping[str, np.ndarray]) -> dict:
-        """One optimizer step on one mini-batch (host arrays incl. ``old_logp``); host metrics."""
+        """One optimizer step on one mini-batch (host arrays incl. ``old_logp``); host metrics.
+
+        ``model_flops`` is the step's training FLOPs (``perf.flops_per_token``), ``mfu`` its
+        utilisation of ``cfg.peak_flops_per_device`` (0 when the peak is unknown)."""
+        self._require_concrete("train_step")
         t0 = time.perf_counter()
         self.state, metrics = self._train_step(self.state, self.put_batch(arrays))
         out = {k: float(fetch(v)) for k, v in metrics.items()}
         dt = time.perf_counter() - t0
         out["step_time_s"] = dt
         out["tokens_per_s"] = out["tokens"] / dt
-        if self.flops_per_token is not None and self.cfg.peak_flops_per_device > 0:
-            T = arrays["input_ids"].shape[1]
-            out["mfu"] = (self.flops_per_token(T) * out["tokens"] / dt
-                          / (self.cfg.peak_flops_per_device * self.mesh.size))
+        if self.flops_per_token is not None:
+            out["model_flops"] = self.flops_per_token(arrays["input_ids"].shape[1]) * out["tokens"]
+            out["mfu"] = perf.mfu(out["model_flops"], dt, self.cfg.peak_flops_per_device, self.mesh.size)
         return out
 
     def update(self, batch: TrainBatch) -> list[dict]:
@@ -393,13 +459,14 @@ class Learner:
         Returns one metrics dict per optimizer step (prefix-free names; see docs/rl.md).
         """
         cfg = self.cfg
+        self._require_concrete("update")
         self._check_batch(batch)
         arrays = dict(batch.arrays())
         t0 = time.perf_counter()
         if cfg.mode == "grpo":
             arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
                                   else arrays["rollout_logp"].copy())
-            if self.ref_params is not None and cfg.loss.kl_coef:
+            if self.ref_params is not None:
                 arrays["ref_logp"] = self.compute_logp(batch, self.ref_params)
         else:
             arrays["old_logp"] = np.zeros_like(arrays["rollout_logp"])
@@ -434,21 +501,12 @@ class Learner:
 
 def required_row_multiple(cfg: LearnerConfig, mesh: Mesh, rules=None) -> int:
     """num_mini_batches x num_micro_batches x devices on the batch axes."""
-    axes = batch_axes(mesh, hsharding.TRAIN_RULES if rules is None else rules)
-    return cfg.num_mini_batches * cfg.num_micro_batches * math.prod(mesh.shape[a] for a in axes)
+    return cfg.num_mini_batches * cfg.num_micro_batches * hsharding.batch_devices(mesh, rules)
 
 
 def check_rows(rows: int, multiple: int) -> None:
     if rows % multiple:
         raise ValueError(
             f"TrainBatch has {rows} rows; the learner needs a multiple of num_mini_batches x "
-            f"num_micro_batches x data-parallel devices = {multiple}. Pack with "
+            f"num_micro_batches x batch-axis devices = {multiple}. Pack with "
             f"PackConfig(row_multiple={multiple}).")
-
-
-def _model_flops_fn(model) -> Optional[Callable[[int], float]]:
-    for name in ("config", "cfg"):
-        c = getattr(model, name, None)
-        if c is not None and hasattr(c, "flops_per_token"):
-            return c.flops_per_token
-    return None

@@ -5,7 +5,7 @@ accumulation over micro-batches and data-parallel shards divides exactly once, b
 denominator. Metrics follow the same rule: a mean metric is a ``(sum, count)`` pair, and extrema
 are kept under names starting with ``max/`` or ``min/`` (reduced with max/min).
 
-Formulas (see docs/rl.md and ../shared/METHODS.md):
+Formulas (see docs/rl.md):
 
 * ratio           ``rho = exp(clip(logp - old_logp, -20, 20))``
 * clipped PG loss ``max(-A*rho, -A*clip(rho, 1-eps_low, 1+eps_high))`` (the negated
@@ -28,18 +28,71 @@ import jax
 import jax.numpy as jnp
 
 LOG_RATIO_CLIP = 20.0
-AGG_MODES = ("token_mean", "seq_mean_token_mean", "constant")
-TIS_MODES = ("cap", "mask", "literal", "none")
-KL_TYPES = ("k1", "k2", "k3")
-ADV_SCALES = ("std", "none")
-ADV_BASELINES = ("mean", "loo")
 
 Metrics = dict  # name -> (sum, count) for means; name "max/..." / "min/..." -> scalar
 
 
 # ----------------------------------------------------------------------------------------------
+# registries: every named mode is one entry here; config validation reads the names from them
+# ----------------------------------------------------------------------------------------------
+def register(table: dict, name: str):
+    """Decorator adding ``fn`` to one of the tables below under ``name`` (then a valid config
+    value, e.g. ``rl.tis_mode``)."""
+    def deco(fn):
+        if name in table:
+            raise ValueError(f"{name!r} is registered twice")
+        table[name] = fn
+        return fn
+    return deco
+
+
+ADV_SCALES: dict = {}        # name -> fn(centred_NG, r_NG, eps, ddof) -> advantages
+ADV_BASELINES: dict = {}     # name -> fn(r_NG) -> baseline_NG
+AGGREGATIONS: dict = {}      # name -> fn(mask_BT, segment_ids_BT, norm_constant) -> (weight_BT, denom)
+TIS_WEIGHTS: dict = {}       # name -> fn(d_BT = old - rollout logp, cap, low, high) -> w_BT
+KL_ESTIMATORS: dict = {}     # name -> fn(d_BT = ref - policy logp) -> kl_BT
+
+
+def _check(table: dict, what: str, name: str) -> None:
+    if name not in table:
+        raise ValueError(f"{what}={name!r}; use one of {tuple(table)}")
+
+
+# ----------------------------------------------------------------------------------------------
 # advantages
 # ----------------------------------------------------------------------------------------------
+@register(ADV_BASELINES, "mean")
+def _baseline_mean(r_NG):
+    return jnp.mean(r_NG, axis=1, keepdims=True)
+
+
+@register(ADV_BASELINES, "loo")
+def _baseline_leave_one_out(r_NG):
+    G = r_NG.shape[1]
+    if G < 2:
+        raise ValueError("group_advantages: baseline='loo' needs group_size >= 2")
+    return (jnp.sum(r_NG, axis=1, keepdims=True) - r_NG) / (G - 1)
+
+
+@register(ADV_SCALES, "std")
+def _scale_std(centred_NG, r_NG, eps, ddof):
+    G = r_NG.shape[1]
+    std_N1 = jnp.std(r_NG, axis=1, keepdims=True, ddof=ddof) if G > ddof else jnp.zeros_like(r_NG[:, :1])
+    return centred_NG / jnp.maximum(std_N1, eps)
+
+
+@register(ADV_SCALES, "none")
+def _scale_none(centred_NG, r_NG, eps, ddof):
+    return centred_NG
+
+
+def zero_variance(rewards_NG):
+    """``[N]`` bool: groups whose rewards are all equal (they carry no GRPO signal). The one
+    definition used by advantages, dynamic sampling and the logged fraction; works on numpy and
+    jax arrays alike."""
+    return rewards_NG.max(axis=1) == rewards_NG.min(axis=1)
+
+
 def group_advantages(rewards_NG, eps: float = 1e-6, *, scale: str = "std", baseline: str = "mean",
                      ddof: int = 0):
     """Group-relative advantages, ``[num_groups, group_size] -> same shape`` (float32).
@@ -48,44 +101,53 @@ def group_advantages(rewards_NG, eps: float = 1e-6, *, scale: str = "std", basel
     with the same guard). ``scale="none"``: ``r - b`` (Dr.GRPO). ``baseline="mean"`` uses the
     group mean, ``"loo"`` the mean of the *other* members (RLOO). ``ddof`` selects the
     population (0) or sample (1) standard deviation. Groups whose rewards are all equal get
-    exactly zero advantage (no float residue), see ``zero_variance_fraction``.
+    exactly zero advantage (no float residue), see ``zero_variance``.
     """
-    if scale not in ADV_SCALES:
-        raise ValueError(f"group_advantages: scale={scale!r}; use one of {ADV_SCALES}")
-    if baseline not in ADV_BASELINES:
-        raise ValueError(f"group_advantages: baseline={baseline!r}; use one of {ADV_BASELINES}")
+    _check(ADV_SCALES, "group_advantages: scale", scale)
+    _check(ADV_BASELINES, "group_advantages: baseline", baseline)
     r_NG = jnp.asarray(rewards_NG, jnp.float32)
     if r_NG.ndim != 2:
         raise ValueError(f"group_advantages: rewards_NG must be [num_groups, group_size], got shape "
                          f"{r_NG.shape}; reshape the flat rewards by group first")
-    G = r_NG.shape[1]
-    if baseline == "loo" and G < 2:
-        raise ValueError("group_advantages: baseline='loo' needs group_size >= 2")
-    mean_N1 = jnp.mean(r_NG, axis=1, keepdims=True)
-    if baseline == "mean":
-        centred_NG = r_NG - mean_N1
-    else:
-        centred_NG = r_NG - (jnp.sum(r_NG, axis=1, keepdims=True) - r_NG) / (G - 1)
-    if scale == "std":
-        std_N1 = jnp.std(r_NG, axis=1, keepdims=True, ddof=ddof) if G > ddof else jnp.zeros_like(mean_N1)
-        adv_NG = centred_NG / jnp.maximum(std_N1, eps)
-    else:
-        adv_NG = centred_NG
-    equal_N1 = (jnp.max(r_NG, axis=1, keepdims=True) == jnp.min(r_NG, axis=1, keepdims=True))
-    return jnp.where(equal_N1, 0.0, adv_NG)
+    centred_NG = r_NG - ADV_BASELINES[baseline](r_NG)
+    adv_NG = ADV_SCALES[scale](centred_NG, r_NG, eps, ddof)
+    return jnp.where(zero_variance(r_NG)[:, None], 0.0, adv_NG)
 
 
 def zero_variance_fraction(rewards_NG):
-    """Fraction of groups whose rewards are all equal (they carry no GRPO signal)."""
-    r_NG = jnp.asarray(rewards_NG, jnp.float32)
-    return jnp.mean((jnp.max(r_NG, axis=1) == jnp.min(r_NG, axis=1)).astype(jnp.float32))
+    """Fraction of groups whose rewards are all equal."""
+    return jnp.mean(zero_variance(jnp.asarray(rewards_NG, jnp.float32)).astype(jnp.float32))
 
 
 # ----------------------------------------------------------------------------------------------
 # aggregation
 # ----------------------------------------------------------------------------------------------
-def _default_segments(mask_BT):
-    return jnp.ones(mask_BT.shape, jnp.int32)
+def _sequence_token_counts(mask_BT, segment_ids_BT):
+    """(tokens of each position's sequence ``[B, T]``, number of sequences with a loss token)."""
+    seg_BT = (jnp.ones(mask_BT.shape, jnp.int32) if segment_ids_BT is None
+              else jnp.asarray(segment_ids_BT, jnp.int32))
+    B, T = mask_BT.shape
+    # Sequence index unique over the batch: row * (T + 1) + segment id (segment ids are <= T).
+    flat_ids = (jnp.arange(B, dtype=jnp.int32)[:, None] * (T + 1) + seg_BT).reshape(-1)
+    count_S = jax.ops.segment_sum(mask_BT.reshape(-1), flat_ids, num_segments=B * (T + 1))
+    return count_S[flat_ids].reshape(B, T), jnp.sum((count_S > 0).astype(jnp.float32))
+
+
+@register(AGGREGATIONS, "token_mean")
+def _agg_token_mean(mask_BT, segment_ids_BT, norm_constant):
+    return mask_BT, jnp.sum(mask_BT)
+
+
+@register(AGGREGATIONS, "seq_mean_token_mean")
+def _agg_seq_mean_token_mean(mask_BT, segment_ids_BT, norm_constant):
+    count_BT, num_seqs = _sequence_token_counts(mask_BT, segment_ids_BT)
+    return mask_BT / jnp.maximum(count_BT, 1.0), num_seqs
+
+
+@register(AGGREGATIONS, "constant")
+def _agg_constant(mask_BT, segment_ids_BT, norm_constant):
+    _, num_seqs = _sequence_token_counts(mask_BT, segment_ids_BT)
+    return mask_BT, num_seqs * norm_constant
 
 
 def token_weights(mask_BT, segment_ids_BT=None, *, agg: str = "token_mean", norm_constant: float = 1.0):
@@ -96,28 +158,40 @@ def token_weights(mask_BT, segment_ids_BT=None, *, agg: str = "token_mean", norm
     (0 = padding, 1.. = packed sequences) identifies sequences inside a row; ``None`` means one
     sequence per row.
     """
-    if agg not in AGG_MODES:
-        raise ValueError(f"agg={agg!r}; use one of {AGG_MODES}")
-    mask_BT = jnp.asarray(mask_BT, jnp.float32)
-    if agg == "token_mean":
-        return mask_BT, jnp.sum(mask_BT)
-    seg_BT = _default_segments(mask_BT) if segment_ids_BT is None else jnp.asarray(segment_ids_BT, jnp.int32)
-    B, T = mask_BT.shape
-    # Sequence index unique over the batch: row * (T + 1) + segment id (segment ids are <= T).
-    flat_ids = (jnp.arange(B, dtype=jnp.int32)[:, None] * (T + 1) + seg_BT).reshape(-1)
-    num = B * (T + 1)
-    count_S = jax.ops.segment_sum(mask_BT.reshape(-1), flat_ids, num_segments=num)
-    num_seqs = jnp.sum((count_S > 0).astype(jnp.float32))
-    if agg == "seq_mean_token_mean":
-        count_BT = count_S[flat_ids].reshape(B, T)
-        weight_BT = mask_BT / jnp.maximum(count_BT, 1.0)
-        return weight_BT, num_seqs
-    return mask_BT, num_seqs * norm_constant
+    _check(AGGREGATIONS, "agg", agg)
+    return AGGREGATIONS[agg](jnp.asarray(mask_BT, jnp.float32), segment_ids_BT, norm_constant)
 
 
 # ----------------------------------------------------------------------------------------------
 # per-token pieces
 # ----------------------------------------------------------------------------------------------
+def _exp_clipped(d_BT):
+    return jnp.exp(jnp.clip(d_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))
+
+
+@register(TIS_WEIGHTS, "cap")
+def _tis_cap(d_BT, cap, low, high):
+    w_BT = _exp_clipped(d_BT)
+    return w_BT if cap is None else jnp.minimum(w_BT, cap)
+
+
+@register(TIS_WEIGHTS, "mask")
+def _tis_mask(d_BT, cap, low, high):
+    r_BT = _exp_clipped(d_BT)
+    return jnp.where((r_BT >= low) & (r_BT <= high), r_BT, 0.0)
+
+
+@register(TIS_WEIGHTS, "literal")
+def _tis_literal(d_BT, cap, low, high):
+    # the paper's printed clip(l_tr - l_ro, 0, C)
+    return jnp.clip(d_BT, 0.0, 2.0 if cap is None else cap)
+
+
+@register(TIS_WEIGHTS, "none")
+def _tis_none(d_BT, cap, low, high):
+    return jnp.ones_like(d_BT)
+
+
 def tis_weight(old_logp_BT, rollout_logp_BT, *, mode: str = "cap", cap: Optional[float] = 2.0,
                low: float = 0.0, high: float = 2.0):
     """Truncated importance weight between trainer (old) and rollout-engine log-probs.
@@ -125,39 +199,34 @@ def tis_weight(old_logp_BT, rollout_logp_BT, *, mode: str = "cap", cap: Optional
     Always returned under ``stop_gradient``: it corrects the sampling distribution, it is not
     something to optimise. ``cap=None`` with ``mode="cap"`` means no truncation.
     """
-    if mode not in TIS_MODES:
-        raise ValueError(f"tis mode={mode!r}; use one of {TIS_MODES}")
+    _check(TIS_WEIGHTS, "tis mode", mode)
     d_BT = jnp.asarray(old_logp_BT, jnp.float32) - jnp.asarray(rollout_logp_BT, jnp.float32)
-    if mode == "none":
-        w_BT = jnp.ones_like(d_BT)
-    elif mode == "cap":
-        w_BT = jnp.exp(jnp.clip(d_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))
-        if cap is not None:
-            w_BT = jnp.minimum(w_BT, cap)
-    elif mode == "mask":
-        r_BT = jnp.exp(jnp.clip(d_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))
-        w_BT = jnp.where((r_BT >= low) & (r_BT <= high), r_BT, 0.0)
-    else:  # literal: the paper's printed clip(l_tr - l_ro, 0, C)
-        w_BT = jnp.clip(d_BT, 0.0, 2.0 if cap is None else cap)
     # stop-gradient: the weight is a fixed correction factor per token.
-    return jax.lax.stop_gradient(w_BT)
+    return jax.lax.stop_gradient(TIS_WEIGHTS[mode](d_BT, cap, low, high))
+
+
+@register(KL_ESTIMATORS, "k1")
+def _kl_k1(d_BT):
+    return -d_BT
+
+
+@register(KL_ESTIMATORS, "k2")
+def _kl_k2(d_BT):
+    return 0.5 * d_BT * d_BT
+
+
+@register(KL_ESTIMATORS, "k3")
+def _kl_k3(d_BT):
+    d_BT = jnp.clip(d_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
+    return jnp.exp(d_BT) - 1.0 - d_BT
 
 
 def kl_penalty(logp_BT, ref_logp_BT, *, kind: str = "k3", clamp: Optional[float] = 10.0):
     """Per-token KL(pi || ref) estimator (Schulman k1/k2/k3), clamped to ``[-clamp, clamp]``."""
-    if kind not in KL_TYPES:
-        raise ValueError(f"kl kind={kind!r}; use one of {KL_TYPES}")
+    _check(KL_ESTIMATORS, "kl kind", kind)
     d_BT = jnp.asarray(ref_logp_BT, jnp.float32) - jnp.asarray(logp_BT, jnp.float32)  # log(ref/pi)
-    if kind == "k1":
-        kl_BT = -d_BT
-    elif kind == "k2":
-        kl_BT = 0.5 * d_BT * d_BT
-    else:
-        d_BT = jnp.clip(d_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP)
-        kl_BT = jnp.exp(d_BT) - 1.0 - d_BT
-    if clamp is not None:
-        kl_BT = jnp.clip(kl_BT, -clamp, clamp)
-    return kl_BT
+    kl_BT = KL_ESTIMATORS[kind](d_BT)
+    return kl_BT if clamp is None else jnp.clip(kl_BT, -clamp, clamp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,14 +256,18 @@ class PolicyLossConfig:
             bad("eps_high", f"{self.eps_high} must be >= 0")
         if self.dual_clip is not None and self.dual_clip <= 1:
             bad("dual_clip", f"{self.dual_clip} must be > 1 (or None to disable)")
-        if self.tis_mode not in TIS_MODES:
-            bad("tis_mode", f"{self.tis_mode!r}; use one of {TIS_MODES}")
+        if self.tis_mode not in TIS_WEIGHTS:
+            bad("tis_mode", f"{self.tis_mode!r}; use one of {tuple(TIS_WEIGHTS)}")
         if self.tis_cap is not None and self.tis_cap <= 0:
             bad("tis_cap", f"{self.tis_cap} must be > 0 (or None to disable)")
-        if self.agg not in AGG_MODES:
-            bad("agg", f"{self.agg!r}; use one of {AGG_MODES}")
-        if self.kl_type not in KL_TYPES:
-            bad("kl_type", f"{self.kl_type!r}; use one of {KL_TYPES}")
+        if self.agg not in AGGREGATIONS:
+            bad("agg", f"{self.agg!r}; use one of {tuple(AGGREGATIONS)}")
+        if self.kl_type not in KL_ESTIMATORS:
+            bad("kl_type", f"{self.kl_type!r}; use one of {tuple(KL_ESTIMATORS)}")
+        if self.kl_clamp is not None and self.kl_clamp <= 0:
+            bad("kl_clamp", f"{self.kl_clamp} must be > 0 (or None to disable)")
+        if not 0 <= self.tis_low <= self.tis_high:
+            bad("tis_low", f"[{self.tis_low}, {self.tis_high}] must satisfy 0 <= tis_low <= tis_high")
         if self.norm_constant <= 0:
             bad("norm_constant", f"{self.norm_constant} must be > 0")
 
@@ -216,7 +289,7 @@ def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg
     adv_BT = jnp.broadcast_to(adv_BT, mask_BT.shape)
 
     log_ratio_BT = logp_BT - old_logp_BT
-    ratio_BT = jnp.exp(jnp.clip(log_ratio_BT, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))
+    ratio_BT = _exp_clipped(log_ratio_BT)
     clipped_ratio_BT = jnp.clip(ratio_BT, 1.0 - cfg.eps_low, 1.0 + cfg.eps_high)
     pg_BT = jnp.maximum(-adv_BT * ratio_BT, -adv_BT * clipped_ratio_BT)
     if cfg.dual_clip is not None:
@@ -263,7 +336,7 @@ def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg
                              .astype(f32) if tis_mode == "cap" else jnp.zeros_like(w_BT)),
         "sampler_trainer_logp_diff_abs": mean(jnp.abs(old_logp_BT - rollout_s)),
         # k3 estimate of KL(sampler || trainer) on sampled tokens
-        "sampler_trainer_kl": mean(jnp.exp(jnp.clip(old_logp_BT - rollout_s, -LOG_RATIO_CLIP, LOG_RATIO_CLIP))
+        "sampler_trainer_kl": mean(_exp_clipped(old_logp_BT - rollout_s)
                                    - 1.0 - (old_logp_BT - rollout_s)),
         "advantage_mean": mean(adv_BT),
         "max/ratio": jnp.max(jnp.where(on, ratio_s, -big)),

@@ -1,44 +1,56 @@
-"""Scalar metrics to TensorBoard event files (tensorboardX) and a JSONL file.
+"""Scalar metrics to a JSONL file and TensorBoard event files (tensorboardX): the one writer of
+the project (learner tests, SFT, the training loop).
 
 One writer per run directory, active on process 0 only (other processes get a no-op writer so
-multi-host loops can call it unconditionally). Names are written as given; callers prefix them
-by phase (``learner/``, ``rollout/``, ``sampler_trainer/`` ...). Non-finite and non-numeric
-values are skipped in TensorBoard and written to JSONL as ``null`` / strings.
+multi-host loops can call it unconditionally). Layout: ``<logdir>/metrics.jsonl`` (one JSON object
+per ``write``: ``step``, ``time`` and the scalars) and ``<logdir>/tb/`` (TensorBoard). Names are
+written as given (callers prefix them by phase: ``learner/``, ``rollout/``, ``sft/`` ...).
+Non-finite values are written to JSONL as ``null`` and skipped in TensorBoard; non-numeric values
+go to JSONL only (strings). ``logdir`` may be a URI (``gs://...``, through etils ``epath``); object
+stores cannot append, so there the JSONL file is rewritten whole at every write.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from typing import Any, Mapping, Optional
 
+from etils import epath
+
+from harness_jax.paths import is_local
+
 
 def _num(v) -> Optional[float]:
+    if isinstance(v, (str, bytes)):
+        return None
     try:
-        f = float(v)
+        return float(v)
     except (TypeError, ValueError):
         return None
-    return f
 
 
 class MetricsWriter:
-    def __init__(self, logdir: str, *, tensorboard: bool = True, jsonl_name: str = "metrics.jsonl",
-                 active: Optional[bool] = None):
+    def __init__(self, logdir, *, tensorboard: bool = True, active: Optional[bool] = None):
         if active is None:
             import jax
             active = jax.process_index() == 0
         self.active = active
-        self.logdir = logdir
+        self.logdir = epath.Path(logdir)
+        self.path = self.logdir / "metrics.jsonl"
         self._tb = None
         self._f = None
+        self._lines: Optional[list[str]] = None      # object stores: the whole file, rewritten
         if not active:
             return
-        os.makedirs(logdir, exist_ok=True)
-        self._f = open(os.path.join(logdir, jsonl_name), "a", buffering=1)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        if is_local(self.logdir):
+            self._f = open(str(self.path), "a", buffering=1)
+        else:
+            self._lines = self.path.read_text().splitlines() if self.path.exists() else []
         if tensorboard:
             from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(logdir=logdir, flush_secs=10)
+            self._tb = SummaryWriter(logdir=str(self.logdir / "tb"), flush_secs=10)
 
     def write(self, step: int, scalars: Mapping[str, Any], prefix: str = "") -> None:
         if not self.active:
@@ -54,7 +66,12 @@ class MetricsWriter:
             rec[name] = f if finite else None
             if self._tb is not None and finite:
                 self._tb.add_scalar(name, f, int(step))
-        self._f.write(json.dumps(rec) + "\n")
+        line = json.dumps(rec)
+        if self._f is not None:
+            self._f.write(line + "\n")
+        else:
+            self._lines.append(line)
+            self.path.write_text("\n".join(self._lines) + "\n")
 
     def flush(self):
         if self._tb is not None:
@@ -77,6 +94,5 @@ class MetricsWriter:
         self.close()
 
 
-def read_jsonl(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in epath.Path(path).read_text().splitlines() if line.strip()]

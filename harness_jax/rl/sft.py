@@ -28,14 +28,25 @@ def sft_segment(prompt_ids: Sequence[int], response_ids: Sequence[int], **meta) 
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-    epochs: int = 2
+    epochs: int = 2                        # passes over the examples (reshuffled every epoch)
     examples_per_batch: int = 24           # examples per optimizer step (before packing)
-    seed: int = 42
+    seed: int = 42                         # shuffling seed (epoch e uses seed + e)
+    max_steps: Optional[int] = None        # stop after this many optimizer steps (None: after epochs)
     pack: rlbatch.PackConfig = rlbatch.PackConfig()
 
     def __post_init__(self):
         if self.epochs < 1 or self.examples_per_batch < 1:
             raise ValueError("SFTConfig: epochs and examples_per_batch must be >= 1")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"SFTConfig.max_steps: {self.max_steps} must be >= 1 (or None)")
+
+    @classmethod
+    def for_steps(cls, steps: int, num_examples: int, examples_per_batch: int, **kw) -> "SFTConfig":
+        """A config of exactly ``steps`` optimizer steps over ``num_examples`` examples (as many
+        epochs as that takes)."""
+        per_epoch = -(-num_examples // examples_per_batch)
+        return cls(epochs=max(-(-steps // max(per_epoch, 1)), 1), examples_per_batch=examples_per_batch,
+                   max_steps=steps, **kw)
 
 
 class SFTBatches:
@@ -45,40 +56,56 @@ class SFTBatches:
     """
 
     def __init__(self, segments: Sequence[TokenSegment], cfg: SFTConfig, row_multiple: int = 1):
+        if not segments:
+            raise ValueError("SFTBatches: no examples to train on")
         self.segments = list(segments)
         self.cfg = cfg
         self.pack = dataclasses.replace(cfg.pack, row_multiple=row_multiple)
-        self.epoch, self.pos = 0, 0
+        self.epoch, self.pos, self.steps = 0, 0, 0
 
     def steps_per_epoch(self) -> int:
         return -(-len(self.segments) // self.cfg.examples_per_batch)
+
+    @property
+    def total_steps(self) -> int:
+        n = self.cfg.epochs * self.steps_per_epoch()
+        return n if self.cfg.max_steps is None else min(n, self.cfg.max_steps)
+
+    @property
+    def finished(self) -> bool:
+        return self.steps >= self.total_steps
 
     def __iter__(self) -> Iterator[rlbatch.TrainBatch]:
         return self
 
     def __next__(self) -> rlbatch.TrainBatch:
-        if self.epoch >= self.cfg.epochs:
+        if self.finished:
             raise StopIteration
         order = np.random.default_rng(self.cfg.seed + self.epoch).permutation(len(self.segments))
         n = self.cfg.examples_per_batch
         idx = order[self.pos:self.pos + n]
         self.pos += n
+        self.steps += 1
         if self.pos >= len(self.segments):
             self.epoch, self.pos = self.epoch + 1, 0
         return rlbatch.pack_segments([self.segments[i] for i in idx], self.pack)
 
     def get_state(self) -> dict:
-        return {"epoch": self.epoch, "pos": self.pos}
+        return {"epoch": self.epoch, "pos": self.pos, "steps": self.steps}
 
     def set_state(self, state: dict) -> None:
-        self.epoch, self.pos = int(state["epoch"]), int(state["pos"])
+        self.epoch, self.pos, self.steps = int(state["epoch"]), int(state["pos"]), int(state["steps"])
 
 
 def train_sft(learner, batches: SFTBatches, *, checkpointer=None, writer=None,
-              on_step: Optional[Callable[[int, dict], None]] = None) -> list[dict]:
-    """Run SFT to the end of ``batches`` (resuming from ``checkpointer`` when it has a save).
+              on_step: Optional[Callable[[int, dict], None]] = None,
+              should_stop: Optional[Callable[[], bool]] = None) -> list[dict]:
+    """Run SFT to the end of ``batches``, resuming from ``checkpointer`` when it has a save.
 
-    ``learner.cfg.mode`` must be ``"sft"``. Saves at the checkpointer's interval and on SIGTERM.
+    ``learner.cfg.mode`` must be ``"sft"``. Saves at the checkpointer's interval, and stops early
+    (after saving) when ``should_stop()`` or the checkpointer's SIGTERM flag says so; then
+    ``batches.finished`` is False and running the same call again continues where it stopped.
+    Returns the metrics of the steps run by this call.
     """
     if learner.cfg.mode != "sft":
         raise ValueError(f"train_sft: learner mode is {learner.cfg.mode!r}; build it with LearnerConfig(mode='sft')")
@@ -86,6 +113,11 @@ def train_sft(learner, batches: SFTBatches, *, checkpointer=None, writer=None,
         meta = checkpointer.restore(learner)
         if meta is not None and meta.get("data_state"):
             batches.set_state(meta["data_state"])
+
+    def stop() -> bool:
+        return bool((should_stop is not None and should_stop())
+                    or (checkpointer is not None and checkpointer.should_stop()))
+
     history = []
     for b in batches:
         for m in learner.update(b):
@@ -97,8 +129,8 @@ def train_sft(learner, batches: SFTBatches, *, checkpointer=None, writer=None,
                 on_step(learner.step, m)
         if checkpointer is not None:
             checkpointer.maybe_save(learner, data_state=batches.get_state())
-            if checkpointer.should_stop():
-                break
+        if stop():
+            break
     if checkpointer is not None:
         checkpointer.maybe_save(learner, data_state=batches.get_state(), force=True)
         checkpointer.wait()

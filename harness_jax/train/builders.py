@@ -1,7 +1,6 @@
-"""Builds the loop's parts from a validated experiment config (model, learner, engine, tasks).
-
-Each builder is a small function of the config so that tests, ``launch/evaluate.py`` and the
-AOT-lowering checks reuse exactly what training uses.
+"""Builds the run's parts from a validated experiment config: each builder is a small function of
+the config (model, mesh, learner and pack configs, tasks, environments, SFT), so that the loop,
+``launch/evaluate.py``, the AOT checks and tests build exactly what training uses.
 """
 from __future__ import annotations
 
@@ -11,83 +10,117 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from harness_jax import config_validation
+from harness_jax import config_schema, sharding
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
+# ------------------------------------------------------------------------------------ model
 def model_config(config):
-    """The Qwen3_5Config of the run: HF config.json (if hf_path) or a preset, then overrides."""
-    from harness_jax.models import qwen3_5
-
-    m = config.model
-    base = qwen3_5.Qwen3_5Config.from_hf(m.hf_path) if m.hf_path else qwen3_5.presets.get(m.preset)
-    over = ({} if m.hf_path else
-            {k: (tuple(v) if isinstance(v, list) else v) for k, v in dict(m.overrides).items()})
-    over.update(remat=m.remat, scan_layers=bool(m.scan_layers))
-    return apply_overrides(base, over)
-
-
-def apply_overrides(base, over: dict):
-    """``base.replace(**over)``; a new layer count without explicit layer_types gets the default
-    3 linear : 1 full pattern instead of the preset's (now wrong-length) list."""
-    over = dict(over)
-    if "num_hidden_layers" in over and "layer_types" not in over:
-        over["layer_types"] = ()
-    return base.replace(**over)
+    """The run's Qwen3_5Config (``config_schema.model_config``)."""
+    return config_schema.model_config(config.model)
 
 
 def make_mesh(config, devices=None):
-    from harness_jax.rl.learner import make_mesh as _make_mesh
-    devices = list(jax.devices() if devices is None else devices)
-    shape = config_validation.resolve_mesh_shape(config.mesh.shape, len(devices))
-    return _make_mesh(shape, tuple(config.mesh.axes), devices=devices)
+    """The learner mesh: ``mesh.shape`` over ``devices`` (default: the first ``mesh.num_devices``
+    of ``jax.devices()``, all when -1)."""
+    if devices is None:
+        n = int(config.mesh.num_devices)
+        devices = jax.devices() if n < 0 else jax.devices()[:n]
+    return sharding.make_mesh(tuple(config.mesh.shape), tuple(config.mesh.axes), devices=list(devices))
 
 
 def mesh_rules(config):
     if config.mesh.rules is None:
-        from harness_jax import sharding
         return sharding.TRAIN_RULES
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in config.mesh.rules)
 
 
-def build_model(config, cfg=None, *, seed: Optional[int] = None):
-    """The policy as an nnx module: HF weights when ``model.hf_path`` is set, else random init."""
+def _model_kwargs(config, cfg, mesh):
+    kw = dict(dtype=DTYPES[config.model.dtype], param_dtype=DTYPES[config.model.param_dtype])
+    if cfg.is_moe:   # the sorted MoE path does not partition over a multi-device mesh (docs/model.md)
+        kw["moe_impl"] = "dense" if mesh.size > 1 else "sorted"
+    return kw
+
+
+def abstract_model(config, mesh, cfg=None):
+    """The policy without weights (``nnx.eval_shape``): shapes and dtypes only."""
     from flax import nnx
     from harness_jax.models import qwen3_5
 
-    cfg = cfg if cfg is not None else model_config(config)
-    dtype, pdtype = DTYPES[config.model.dtype], DTYPES[config.model.param_dtype]
+    cfg = model_config(config) if cfg is None else cfg
+    kw = _model_kwargs(config, cfg, mesh)
+    return nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
+
+
+def build_model(config, mesh, rules, cfg=None, *, seed: Optional[int] = None):
+    """The policy as an nnx module whose parameters are already on ``mesh`` with the rules'
+    shardings (the learner's): Hugging Face weights when ``model.hf_path`` is set (with the
+    config's dtypes and runtime knobs), else a random init under ``jit`` (no full copy of the
+    weights on one device)."""
+    from flax import nnx
+    from harness_jax.models import qwen3_5
+
     if config.model.hf_path:
-        logging.info("loading policy weights from %s", config.model.hf_path)
-        model = qwen3_5.load_hf(config.model.hf_path, dtype=config.model.dtype)
-        return model
+        return load_hf_model(config, config.model.hf_path, mesh, rules)
+    cfg = model_config(config) if cfg is None else cfg
+    kw = _model_kwargs(config, cfg, mesh)
     seed = config.seed if seed is None else seed
-    return qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=pdtype)
+    return sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw),
+                                 mesh, rules)
 
 
-def learner_config(config, mode: str = "grpo", *, total_steps: Optional[int] = None,
-                   peak_flops: float = 0.0):
+def load_hf_model(config, path, mesh, rules):
+    """A Hugging Face checkpoint with the config's dtypes and runtime knobs (remat, scan_layers),
+    loaded shard by shard straight onto ``mesh`` with the rules' shardings."""
+    from harness_jax.models import qwen3_5
+
+    logging.info("loading policy weights from %s", path)
+    cfg = qwen3_5.Qwen3_5Config.from_hf(str(path))
+    return qwen3_5.load_hf(str(path), dtype=config.model.dtype, param_dtype=config.model.param_dtype, mesh=mesh,
+                           rules=rules, config_overrides=config_schema.runtime_overrides(config.model),
+                           moe_impl=_model_kwargs(config, cfg, mesh).get("moe_impl"))
+
+
+def peak_flops(config) -> float:
+    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else measured on CPU (0 = unknown)."""
+    from harness_jax.train import telemetry
+
+    if config.log.peak_flops:
+        return float(config.log.peak_flops)
+    return telemetry.measure_matmul_peak_flops() if config.mesh.platform == "cpu" else 0.0
+
+
+# ---------------------------------------------------------------------------------- learner
+def _optimizer(config, *, lr: float, schedule: str, warmup_steps: int, total_steps: int):
+    from harness_jax.rl.learner import OptimizerConfig
+
+    o = config.opt
+    return OptimizerConfig(learning_rate=lr, schedule=schedule, warmup_steps=warmup_steps,
+                           total_steps=max(total_steps, 1), end_lr_ratio=o.end_lr_ratio, b1=o.b1, b2=o.b2,
+                           eps=o.eps, weight_decay=o.weight_decay, clip_norm=o.grad_clip or None)
+
+
+def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0):
+    """The GRPO learner's config (``rl.*``, ``opt.*``) or, with ``mode="sft"``, the SFT warm
+    start's (``sft.*`` with the ``opt.*`` AdamW settings)."""
     from harness_jax.rl import losses
-    from harness_jax.rl.learner import LearnerConfig, OptimizerConfig
+    from harness_jax.rl.learner import LearnerConfig
 
-    rl, o = config.rl, config.opt
+    rl = config.rl
     if mode == "sft":
         s = config.sft
-        opt = OptimizerConfig(learning_rate=s.lr, schedule="cosine", warmup_steps=min(10, s.steps // 10),
-                              total_steps=max(s.steps, 1), b1=o.b1, b2=o.b2,
-                              weight_decay=o.weight_decay, clip_norm=o.grad_clip or None)
-        return LearnerConfig(mode="sft", opt=opt, num_micro_batches=1, num_mini_batches=1,
-                             num_epochs=1, shuffle=False, logit_chunk=config.rl.logit_chunk, peak_flops_per_device=peak_flops,
-                             seed=config.seed)
+        opt = _optimizer(config, lr=s.lr, schedule=s.schedule, warmup_steps=s.warmup_steps, total_steps=s.steps)
+        return LearnerConfig(mode="sft", opt=opt, num_micro_batches=rl.micro_batches, num_mini_batches=1,
+                             num_epochs=1, shuffle=False, logit_chunk=rl.logit_chunk,
+                             peak_flops_per_device=peak_flops, seed=config.seed)
     loss = losses.PolicyLossConfig(
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None,
-        tis_mode=rl.tis_mode, tis_cap=rl.tis_cap, agg=rl.agg, kl_coef=rl.kl_coef,
-        kl_type=rl.kl_estimator, entropy_coef=rl.entropy_coef)
-    steps = total_steps or max(config.num_steps * rl.epochs * rl.mini_batches, 1)
-    opt = OptimizerConfig(learning_rate=o.lr, schedule=o.schedule, warmup_steps=o.warmup_steps,
-                          total_steps=steps, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay,
-                          clip_norm=o.grad_clip or None)
+        tis_mode=rl.tis_mode, tis_cap=rl.tis_cap, tis_low=rl.tis_low, tis_high=rl.tis_high, agg=rl.agg,
+        norm_constant=rl.norm_constant, kl_coef=rl.kl_coef, kl_type=rl.kl_estimator, kl_clamp=rl.kl_clamp,
+        entropy_coef=rl.entropy_coef)
+    opt = _optimizer(config, lr=config.opt.lr, schedule=config.opt.schedule, warmup_steps=config.opt.warmup_steps,
+                     total_steps=config.num_steps * rl.epochs * rl.mini_batches)
     return LearnerConfig(mode="grpo", loss=loss, opt=opt, num_micro_batches=rl.micro_batches,
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
@@ -95,47 +128,52 @@ def learner_config(config, mode: str = "grpo", *, total_steps: Optional[int] = N
                          seed=config.seed)
 
 
-def pack_config(config, learner, mode: str = "grpo"):
-    """Row length buckets up to ``rl.pack_len``; rows a multiple of what the learner needs."""
+def pack_config(config, row_multiple: int):
+    """Row lengths: ``rl.pack_buckets`` below ``rl.pack_len``, and ``pack_len``; the row count a
+    multiple of ``row_multiple`` (the learner's ``row_multiple``: mini x micro batches x the
+    devices of its batch sharding)."""
     from harness_jax.rl.batch import PackConfig
-    import math
 
     top = int(config.rl.pack_len)
-    buckets = sorted({b for b in (256, 512, 1024, 2048, 4096, 8192, 16384) if b < top} | {top})
-    n_batch_dev = math.prod(learner.mesh.shape[a] for a in ("data", "fsdp") if a in learner.mesh.shape)
-    mult = learner.cfg.num_mini_batches * learner.cfg.num_micro_batches * n_batch_dev
-    return PackConfig(buckets=tuple(buckets), overlong="split", row_multiple=mult, pad_id=0)
+    buckets = sorted({int(b) for b in config.rl.pack_buckets if b < top} | {top})
+    return PackConfig(buckets=tuple(buckets), overlong="split", row_multiple=int(row_multiple),
+                      pad_id=int(config.rl.pad_token_id))
+
+
+def sft_config(config, num_examples: int, row_multiple: int):
+    """``sft.steps`` optimizer steps of ``sft.batch_size`` demonstrations, reshuffled per epoch."""
+    from harness_jax.rl.sft import SFTConfig
+
+    return SFTConfig.for_steps(int(config.sft.steps), num_examples, int(config.sft.batch_size),
+                               seed=int(config.seed) + int(config.sft.seed_offset),
+                               pack=pack_config(config, row_multiple))
+
+
+# ------------------------------------------------------------------------------ environment
+def split_kwargs(config, n: Optional[int] = None, seed_offset: int = 0) -> dict:
+    """``registry.load_split`` arguments from ``config.env`` and the selected family's section
+    (``n`` replaces ``env.num_tasks``; ``seed_offset`` shifts the generator seed)."""
+    e = config.env
+    kw = config_schema.env_section(e.name).split_kwargs(e)
+    if n is not None and "n" in kw:
+        kw["n"] = int(n)
+    if seed_offset and "seed" in kw:
+        kw["seed"] = int(kw["seed"]) + int(seed_offset)
+    return {k: v for k, v in kw.items() if v is not None}
 
 
 def load_tasks(config, split: str, n: Optional[int] = None, seed_offset: int = 0):
-    """Tasks of one (non-test) split through the environment registry."""
+    """Tasks of one (non-test) split through the environment registry (at most ``n``)."""
     from harness_jax.envs import registry
 
-    kw = dict(config.env.split_kwargs)
-    if n is not None and "path" not in kw:
-        kw["n"] = int(n)
-    if seed_offset and "seed" in kw:
-        kw["seed"] = int(kw["seed"]) + seed_offset
-    tasks = registry.load_split(config.env.name, split, **kw)
+    tasks = registry.load_split(config.env.name, split, **split_kwargs(config, n, seed_offset))
     return tasks[:n] if n is not None else tasks
 
 
 def env_factory(config):
+    """A no-argument factory of fresh environments of ``config.env.name``."""
     from harness_jax.envs import registry
 
-    name, kw = config.env.name, dict(config.env.kwargs)
+    name = config.env.name
+    kw = {k: v for k, v in config_schema.env_section(name).env_kwargs(config.env).items() if v is not None}
     return lambda: registry.make(name, **kw)
-
-
-def sampling_params(config, *, temperature: Optional[float] = None, stop_token_ids=()):
-    from harness_jax.sampling.types import SamplingParams
-
-    r = config.rollout
-    t = r.temperature if temperature is None else temperature
-    return SamplingParams(temperature=t, top_p=r.top_p if t > 0 else 1.0, top_k=r.top_k if t > 0 else -1,
-                          max_new_tokens=r.max_new_tokens, stop_token_ids=tuple(stop_token_ids))
-
-
-def copy_params(params):
-    """A fresh on-device copy (the learner donates its state; the engine must not alias it)."""
-    return jax.jit(lambda p: jax.tree.map(jnp.copy, p))(params)

@@ -29,8 +29,8 @@ class TaskStream:
             raise SealedSplitError("TaskStream: a test-split task source was given; training reads "
                                    "train/search/selection only")
         if len(tasks) == 0:
-            raise ValueError("TaskStream: the task split is empty; check config.env.split_kwargs "
-                             "(e.g. num_tasks) and config.env.train_split")
+            raise ValueError("TaskStream: the task split is empty; check config.env.num_tasks, the "
+                             "env family's section (config.env.<name>) and config.env.train_split")
         self._tasks = list(tasks) if isinstance(tasks, (list, tuple)) else tasks
         self._seed = int(seed)
         self._dataset = (grain.MapDataset.source(self._tasks)
@@ -60,7 +60,7 @@ class TaskStream:
             raise ValueError(
                 f"TaskStream.restore: checkpoint was written for seed={state.get('seed')} over "
                 f"{state.get('num_tasks')} tasks, this run has seed={self._seed} over {len(self._tasks)}; "
-                "resume with the same config.seed and config.env.split_kwargs")
+                "resume with the same config.seed and config.env (num_tasks, task_seed, section)")
         self._it = iter(self._dataset)
         self._it.set_state(state["grain"])
         self.num_taken = int(state.get("num_taken", 0))

@@ -2,20 +2,20 @@
 
 Used periodically by the training loop (``selection`` split) and by ``launch/evaluate.py``
 (any checkpoint or HF directory, any harness, any split; the entry point itself loads the sealed
-test split, this module never does). Results are plain JSON-able dicts.
+test split, this module never does). Evaluation needs a model, never a learner or optimizer
+state: ``policy_model`` loads one from an HF directory, a training run's Orbax checkpoint (its
+parameters only) or the config. Results are plain JSON-able dicts.
 """
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import time
 from typing import Sequence
 
 from absl import logging
 
 
-def evaluate_tasks(config, runner, tasks: Sequence, harness, *, k: int = 1, temperature: float = 0.0,
+def evaluate_tasks(runner, tasks: Sequence, harness, *, k: int = 1, temperature: float = 0.0,
                    tag: str = "eval") -> dict:
     """Runs ``k`` attempts per task; returns success rate, pass@k / avg@k for k in {1, k}."""
     from harness_jax.eval import metrics
@@ -24,8 +24,7 @@ def evaluate_tasks(config, runner, tasks: Sequence, harness, *, k: int = 1, temp
         raise ValueError("evaluate_tasks: k > 1 attempts need temperature > 0 (greedy attempts are identical)")
 
     async def one(i, task):
-        return await runner.run(task, harness, k, f"{tag}-{i}", seed=10_000 + i,
-                                temperature=temperature)
+        return await runner.run(task, harness, k, f"{tag}-{i}", seed=10_000 + i, temperature=temperature)
 
     async def all_tasks():
         return await asyncio.gather(*[one(i, t) for i, t in enumerate(tasks)])
@@ -53,65 +52,86 @@ def evaluate_tasks(config, runner, tasks: Sequence, harness, *, k: int = 1, temp
     return out
 
 
-def evaluate_main(config, workdir: str, *, tasks: Sequence, checkpoint: str = "", harness: str = "",
+def policy_model(config, checkpoint: str, mesh, rules):
+    """``(model, source)``: the policy of ``checkpoint`` on ``mesh`` (an HF directory with
+    config.json; a training workdir or checkpoints dir: its latest parameters on the config's
+    model; '' = the config's own model: ``model.hf_path``, ``model.init_from`` or the init)."""
+    import jax
+    from flax import nnx
+
+    from harness_jax.paths import resolve
+    from harness_jax.rl.checkpoint import restore_params
+    from harness_jax.rl.learner import param_shardings
+    from harness_jax.train import builders, context
+
+    if checkpoint and (resolve(checkpoint) / "config.json").exists():
+        return builders.load_hf_model(config, checkpoint, mesh, rules), f"hf:{checkpoint}"
+    path = checkpoint or config.model.init_from
+    if not path:
+        return builders.build_model(config, mesh, rules), "config"
+    graphdef, state, rest = nnx.split(builders.abstract_model(config, mesh), nnx.Param, ...)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                            nnx.to_pure_dict(state), param_shardings(state, mesh, rules))
+    directory = context.checkpoint_dir(path)
+    params, step = restore_params(directory, abstract)
+    nnx.replace_by_pure_dict(state, params)
+    concrete_rest = builders.build_model(config, mesh, rules) if jax.tree.leaves(nnx.to_pure_dict(rest)) else None
+    if concrete_rest is not None:
+        rest = nnx.state(concrete_rest, nnx.Not(nnx.Param))
+    return nnx.merge(graphdef, state, rest), f"orbax:{directory}@{step}"
+
+
+def evaluate_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", harness: str = "",
                   k: int = 0, split: str = "selection", out: str = "") -> dict:
-    """Loads a policy (HF dir, a training workdir's latest checkpoint, or the config's model),
-    evaluates it on ``tasks`` and writes a results JSON. Returns the results."""
+    """Loads a policy (``policy_model``), evaluates it on ``tasks`` under ``harness`` (a spec file
+    or registered name; '' = ``harness.spec``) and writes a results JSON. Returns the results."""
     from harness_jax import config_validation
-    from harness_jax.rl.learner import Learner
-    from harness_jax.train import builders, rollout
+    from harness_jax.paths import resolve
+    from harness_jax.train import builders, rollout, workdir as workdir_lib
 
     config_validation.validate(config, allow_test_split=True)
-    os.makedirs(workdir, exist_ok=True)
+    paths = workdir_lib.RunPaths.of(workdir)
+    paths.root.mkdir(parents=True, exist_ok=True)
     k = int(k or config.eval.k)
     temperature = float(config.eval.temperature)
     if k > 1 and temperature == 0:
         temperature = 0.7
-    if checkpoint and os.path.exists(os.path.join(checkpoint, "tokenizer.json")):
-        from harness_jax.sampling.tokenizer import load_tokenizer
-        tokenizer = load_tokenizer(checkpoint)          # an exported HF dir carries its tokenizer
-    elif checkpoint and os.path.isdir(os.path.join(checkpoint, "tokenizer")):
-        from harness_jax.train import task_tokenizer
-        tokenizer = task_tokenizer.load(os.path.join(checkpoint, "tokenizer"))   # a training workdir
-    else:
-        tokenizer = rollout.load_tokenizer(config, workdir)
-    source = "config"
-    if checkpoint and os.path.exists(os.path.join(checkpoint, "config.json")):
-        from harness_jax.models import qwen3_5
-        model = qwen3_5.load_hf(checkpoint, dtype=config.model.dtype)
-        source = f"hf:{checkpoint}"
-    else:
-        model = builders.build_model(config)
-    mesh = builders.make_mesh(config)
-    learner = Learner(model, builders.learner_config(config, "grpo"), mesh=mesh, rules=builders.mesh_rules(config))
-    if checkpoint and source == "config":
-        from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
-        ck_dir = os.path.join(checkpoint, "checkpoints") if os.path.isdir(os.path.join(checkpoint, "checkpoints")) else checkpoint
-        ck = Checkpointer(CheckpointConfig(ck_dir, save_on_sigterm=False))
-        meta = ck.restore(learner)
-        if meta is None:
-            raise FileNotFoundError(f"--checkpoint={checkpoint}: neither an HF directory (config.json) nor "
-                                    "a directory with orbax checkpoints; pass <workdir> of a training run or an HF dir")
-        ck.close()
-        source = f"orbax:{ck_dir}@{ck.latest_step()}"
-    engine, _ = rollout.build_engine(config, learner, tokenizer, workdir)
-    env_factory = builders.env_factory(config)
-    if harness:
-        config.unlock()
-        config.harness.spec = harness
-        config.lock()
-    h = rollout.base_harness(config, env_factory)
-    store = rollout.open_store(config, workdir)
-    runner = rollout.EpisodeRunner(config, engine, env_factory, tokenizer, store)
+    tokenizer = _tokenizer(config, checkpoint, paths)
+    mesh, rules = builders.make_mesh(config), builders.mesh_rules(config)
+    model, source = policy_model(config, checkpoint, mesh, rules)
+    engine, sync = rollout.build_engine(config, model, tokenizer, version=0,
+                                        sync_dir=paths.local("weight_sync", config.rollout.sync_dir)
+                                        if config.rollout.mode != "colocated" else "")
+    if config.rollout.mode != "colocated":
+        sync(model, 0)                      # the servers evaluate this policy
+    h = rollout.base_harness(config, spec=harness or None)
+    store = rollout.open_store(config, paths.local("traces", config.log.traces_dir)
+                               if config.log.store_traces else None)
+    runner = rollout.EpisodeRunner(config, engine, builders.env_factory(config), tokenizer, store)
     try:
-        res = evaluate_tasks(config, runner, tasks, h, k=k, temperature=temperature, tag=f"eval-{split}")
+        res = evaluate_tasks(runner, tasks, h, k=k, temperature=temperature, tag=f"eval-{split}")
     finally:
         if hasattr(engine, "close"):
             engine.close()
-    res.update(split=split, k=k, temperature=temperature, policy=source, harness=harness or "H0",
+    res.update(split=split, k=k, temperature=temperature, policy=source, harness=harness or config.harness.spec or "H0",
                env=config.env.name, config_name=config.name)
-    path = out or os.path.join(workdir, f"eval_{split}.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1, default=float)
+    path = resolve(out) if out else paths.root / f"eval_{split}.json"
+    workdir_lib.write_json(path, res)
     logging.info("wrote %s", path)
     return res
+
+
+def _tokenizer(config, checkpoint: str, paths):
+    """The checkpoint's own tokenizer (an exported HF dir, or a training workdir's task BPE), else
+    the config's."""
+    from harness_jax.paths import resolve
+    from harness_jax.train import rollout, task_tokenizer
+
+    if checkpoint:
+        c = resolve(checkpoint)
+        if (c / "tokenizer.json").exists():
+            from harness_jax.sampling.tokenizer import load_tokenizer
+            return load_tokenizer(str(c))
+        if (c / "tokenizer" / "tokenizer.json").exists():
+            return task_tokenizer.load(c / "tokenizer")
+    return rollout.load_tokenizer(config, paths.tokenizer)

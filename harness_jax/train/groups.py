@@ -49,8 +49,11 @@ class Group:
 
     @property
     def zero_variance(self) -> bool:
+        """All rewards equal (or no episode): the group carries no GRPO signal
+        (``rl.losses.zero_variance``, the one definition)."""
+        from harness_jax.rl import losses
         r = self.rewards
-        return len(r) == 0 or bool(np.all(r == r[0]))
+        return len(r) == 0 or bool(losses.zero_variance(r[None, :])[0])
 
     @property
     def success_rate(self) -> float:
@@ -89,10 +92,12 @@ class FixedHarness:
 
 def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std",
                        baseline: str = "mean") -> dict:
-    """Fills ``segment.advantage`` (and reward/group id) for every segment of every group.
+    """Fills ``segment.advantage`` (and reward/group id) for every segment of every group: the
+    one advantage path of the project.
 
-    Each group is normalised on its own (groups may differ in size after a rescue). All
-    segments of an episode share the episode's advantage (sequence-level advantage).
+    Each group is normalised on its own (groups may differ in size after a rescue) over its
+    *episodes*: an episode counts once however many segments (sliding-window pieces, context
+    resets) it produced, and all of its segments share its advantage.
     """
     from harness_jax.rl import losses
 

@@ -4,6 +4,10 @@ group advantages -> packed TrainBatch -> learner -> weight sync -> evaluation ->
     from harness_jax.train import loop
     summary = loop.train(config, workdir)            # what launch/train.py runs
 
+The run's parts live in one explicit ``RunContext`` (``train/context.py``: learner, engine,
+runner, harness, tokenizer, writer); the phases (``collect.Collector``, ``sft_warmstart``,
+``evaluation``) get it, never the trainer.
+
 Modes (config.rollout / config.rl):
 * colocated: the embedded ``JaxEngine`` runs on the learner's devices; after each learner step its
   parameters are replaced in place (a device copy; no host round trip, no export);
@@ -15,228 +19,106 @@ Modes (config.rollout / config.rl):
   trajectory is ever more than ``max_staleness`` versions old when it is trained on, and nothing
   finished is discarded. The per-episode lag histogram is logged every step.
 
-Hooks (Harness-S plugs in here without touching the loop): ``harness_selector(task, step)``
-chooses the harness a group is rolled out under (H0 by default); ``post_processors`` transform a
-finished group before its advantages (rescue, logging of routing decisions, ...).
-
 Checkpoints hold the learner state and the loop state (step, policy version, task-stream
 position, SFT/eval history); running the same command again resumes, with the same data order.
-SIGTERM finishes the current step, saves, and exits cleanly.
+SIGTERM finishes the current step (or SFT step), saves, and exits cleanly.
 """
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import json
-import os
 import queue
 import signal
 import threading
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-import jax
 import numpy as np
 from absl import logging
 
-from harness_jax import config_validation
-from harness_jax.train import builders, groups as groups_lib, telemetry
+from harness_jax.rl import perf
+from harness_jax.train import builders, context, groups as groups_lib, telemetry, workdir as workdir_lib
+from harness_jax.train.collect import Batch, Collector
 from harness_jax.train.data import TaskStream
-from harness_jax.train.groups import FixedHarness, Group
-
-
-@dataclasses.dataclass
-class Batch:
-    """One rollout batch, ready for the learner."""
-
-    step: int                          # loop step it was collected for
-    groups: list[Group]
-    stream_state_before: dict          # task-stream position before its tasks were drawn
-    dropped_groups: int = 0            # dynamic sampling
-    oversample_rounds: int = 0
-    rollout_s: float = 0.0
-    collect_started_version: int = 0
+from harness_jax.train.groups import FixedHarness
 
 
 class Trainer:
-    """Owns every part of one run; ``run()`` executes it (see module docstring)."""
+    """One run: ``Trainer(config, workdir)`` builds the run context, ``run()`` executes it."""
 
-    def __init__(self, config, workdir: str, *, post_processors: Sequence[Any] = (),
+    def __init__(self, config, workdir, *, post_processors: Sequence[Any] = (),
                  harness_selector: Any = None, devices: Optional[Sequence[Any]] = None):
-        self.devices = list(devices) if devices is not None else None
-        config_validation.validate(config, num_devices=len(self.devices) if self.devices else None)
+        from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
+
         self.config = config
-        self.workdir = os.path.abspath(workdir)
-        os.makedirs(self.workdir, exist_ok=True)
-        self.post_processors = list(post_processors)
-        self._harness_selector = harness_selector
+        self.ctx = context.build(config, workdir, devices=devices)
         self._stop = threading.Event()          # SIGTERM / request_stop()
         self.step = 0
         self.sft_done = not config.sft.enabled
         self.history: dict[str, Any] = {"eval": []}
-        self._setup()
-
-    # ============================================================ set-up
-    def _setup(self):
-        from harness_jax.rl.learner import Learner
-        from harness_jax.train import rollout
-
-        c = self.config
-        self.tokenizer = rollout.load_tokenizer(c, self.workdir)
-        self.model_cfg = builders.model_config(c)
-        tok_vocab = len(self.tokenizer)
-        if self.model_cfg.vocab_size < tok_vocab:
-            raise config_validation.ConfigValidationError([config_validation.Problem(
-                "model.overrides.vocab_size", self.model_cfg.vocab_size,
-                f"smaller than the tokenizer's {tok_vocab} tokens",
-                f"set --config.model.overrides.vocab_size >= {tok_vocab}")])
-        self.mesh = builders.make_mesh(c, self.devices)
-        self.rules = builders.mesh_rules(c)
-        self.peak_flops = float(c.log.peak_flops) or (
-            telemetry.measure_matmul_peak_flops() if c.mesh.platform == "cpu" else 0.0)
-        logging.info("per-device peak for MFU: %.3g FLOP/s (%s)", self.peak_flops,
-                     "config" if c.log.peak_flops else "measured fp32 matmul")
-        model = builders.build_model(c, self.model_cfg)
-        self._initial_model = model
-        self.learner = Learner(model, builders.learner_config(c, "grpo", peak_flops=self.peak_flops),
-                               mesh=self.mesh, rules=self.rules,
-                               ref_model=model if c.rl.kl_coef > 0 else None)
-        self.pack_cfg = builders.pack_config(c, self.learner)
-        self.num_params = int(sum(x.size for x in jax.tree.leaves(self.learner.state["params"])))
-        self.env_factory = builders.env_factory(c)
-        self.train_tasks = builders.load_tasks(c, c.env.train_split)
-        self.eval_tasks = builders.load_tasks(c, c.env.eval_split, n=c.eval.num_tasks)
-        self.stream = TaskStream(self.train_tasks, seed=c.seed)
-        self.base_harness = rollout.base_harness(c, self.env_factory)
-        self.harness_selector = self._harness_selector or FixedHarness(self.base_harness)
-        self.store = rollout.open_store(c, self.workdir)
-        self.engine, self.weight_sync = rollout.build_engine(c, self.learner, self.tokenizer, self.workdir)
-        self.runner = rollout.EpisodeRunner(c, self.engine, self.env_factory, self.tokenizer, self.store)
-        self.writer = rollout.metrics_writer(c, self.workdir)
-        from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
-        self.ckpt = Checkpointer(CheckpointConfig(os.path.join(self.workdir, "checkpoints"), max_to_keep=c.ckpt.keep,
+        self.stream = TaskStream(builders.load_tasks(config, config.env.train_split), seed=config.seed)
+        self.eval_tasks = builders.load_tasks(config, config.env.eval_split, n=config.eval.num_tasks)
+        self.collector = Collector(config, self.ctx.runner, self.stream,
+                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
+        self.pack_cfg = self.ctx.pack_config()
+        self.ckpt = Checkpointer(CheckpointConfig(self.ctx.paths.checkpoints, max_to_keep=config.ckpt.keep,
                                                   save_interval_steps=1, async_save=True,
                                                   save_on_sigterm=False))   # the loop handles SIGTERM
         self.resumed_from = None
-        if c.ckpt.resume and self.ckpt.latest_step() is not None:
+        if config.ckpt.resume and self.ckpt.latest_step() is not None:
             self._restore(self.ckpt.latest_step())
 
     # ============================================================ checkpoint
     def _meta(self, stream_state: dict) -> dict:
-        return {"step": self.step, "policy_version": self.learner.policy_version,
+        return {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                 "stream": stream_state, "sft_done": self.sft_done, "history": self.history,
                 "config_name": self.config.name}
 
     def save(self, stream_state: Optional[dict] = None) -> None:
         t0 = time.perf_counter()
-        self.ckpt.maybe_save(self.learner, step=self.step, force=True,
+        self.ckpt.maybe_save(self.ctx.learner, step=self.step, force=True,
                              data_state=self._meta(stream_state or self.stream.state()))
         self.ckpt.wait()
         logging.info("checkpoint at step %d (%.2fs)", self.step, time.perf_counter() - t0)
 
     def _restore(self, step: int) -> None:
-        meta = self.ckpt.restore(self.learner, step)["data_state"]
-        self.learner.policy_version = int(meta["policy_version"])
+        learner = self.ctx.learner
+        meta = self.ckpt.restore(learner, step)["data_state"]
+        learner.policy_version = int(meta["policy_version"])
         self.step = int(meta["step"])
         self.sft_done = bool(meta["sft_done"])
         self.history = meta.get("history") or {"eval": []}
         self.stream.restore(meta["stream"])
-        self.weight_sync(self.learner, self.learner.policy_version)
+        if learner.ref_params is not None and self.config.sft.enabled and self.sft_done:
+            # the KL reference is the policy RL started from: the warm start's final checkpoint
+            context.init_reference(learner, self.ctx.paths.sft_checkpoints)
+        self.ctx.sync_weights()
         self.resumed_from = step
-        logging.info("resumed from checkpoint step %d (policy version %d)", step, self.learner.policy_version)
-
-    # ============================================================ collection
-    async def _collect_group(self, task, step: int, index: int) -> Group:
-        harness = self.harness_selector(task, step)
-        gid = f"s{step}-g{index}-{task.task_id}"
-        episodes = await self.runner.run(task, harness, self.config.rl.group_size, gid,
-                                         seed=_seed(self.config.seed, step, index))
-        ok = [e for e in episodes if not e.infra_error]   # infra failures are not task failures
-        group = Group(gid, task, ok, harness_id=_harness_id(harness),
-                      info={"infra_errors": len(episodes) - len(ok)})
-        for pp in self.post_processors:
-            group = await pp(group, self.runner.rollout_fn, step)
-            if group is None:
-                break
-        return group
-
-    async def _collect(self, step: int) -> Batch:
-        c = self.config
-        t0 = time.perf_counter()
-        state_before = self.stream.state()
-        version0 = self.engine_version()
-        tasks = self.stream.take(c.rl.tasks_per_step)
-        got = await asyncio.gather(*[self._collect_group(t, step, i) for i, t in enumerate(tasks)])
-        got = [g for g in got if g is not None]
-        kept, dropped = groups_lib.dynamic_sampling_filter(got, c.rl.dynamic_sampling)
-        n_dropped, rounds = len(dropped), 0
-        while (c.rl.dynamic_sampling == "oversample" and len(kept) < c.rl.tasks_per_step
-               and rounds < c.rl.max_oversample_rounds):
-            rounds += 1
-            need = c.rl.tasks_per_step - len(kept)
-            extra = self.stream.take(need)
-            more = await asyncio.gather(*[self._collect_group(t, step, 1000 * rounds + i)
-                                          for i, t in enumerate(extra)])
-            k2, d2 = groups_lib.dynamic_sampling_filter([g for g in more if g is not None], "oversample")
-            kept += k2
-            n_dropped += len(d2)
-        return Batch(step, kept, state_before, n_dropped, rounds, time.perf_counter() - t0, version0)
-
-    def engine_version(self) -> int:
-        return int(self.engine.weight_version)
+        logging.info("resumed from checkpoint step %d (policy version %d)", step, learner.policy_version)
 
     # ============================================================ learner side
     def _train_on(self, batch: Batch, timer: telemetry.PhaseTimer) -> dict:
         from harness_jax.rl.batch import pack_segments
 
-        c = self.config
+        c, learner = self.config, self.ctx.learner
         adv = groups_lib.compute_advantages(batch.groups, eps=c.rl.adv_eps, scale=c.rl.adv_scale,
                                             baseline=c.rl.adv_baseline)
-        hist = groups_lib.staleness_histogram(batch.groups, self.learner.policy_version)
-        segments = [s for g in batch.groups for e in g.episodes for s in e.segments]
+        hist = groups_lib.staleness_histogram(batch.groups, learner.policy_version)
         episodes = [e for g in batch.groups for e in g.episodes]
+        segments = [s for e in episodes for s in e.segments]
         out: dict[str, float] = {}
         if segments:
             tb = pack_segments(segments, self.pack_cfg)
-            with timer.phase("train"):
-                steps = self.learner.update(tb)
-            timer.add("logprob_recompute", steps[0].get("logp_recompute_s", 0.0))
-            timer.times["train"] -= steps[0].get("logp_recompute_s", 0.0)
-            last = steps[-1]
-            for k, v in last.items():
-                out[f"learner/{k}"] = float(v)
-            tokens = sum(m["tokens"] for m in steps)
-            train_s = sum(m["step_time_s"] for m in steps)
-            fpt = telemetry.flops_per_token(self.model_cfg, tb.shape[1], self.num_params)
-            out["perf/train_tokens_per_s"] = tokens / max(train_s, 1e-9)
-            if fpt:
-                out["perf/mfu"] = telemetry.mfu(fpt, tokens, train_s, self.peak_flops, self.mesh.size)
-            for k, v in tb.stats.as_dict().items():
-                out[f"pack/{k}"] = float(v)
+            t0 = time.perf_counter()
+            steps = learner.update(tb)
+            recompute_s = steps[0]["logp_recompute_s"]
+            timer.add("logprob_recompute", recompute_s)
+            timer.add("train", time.perf_counter() - t0 - recompute_s)
+            out.update({f"learner/{k}": float(v) for k, v in steps[-1].items()})
+            out.update(_throughput(steps, self.ctx.peak_flops, self.ctx.mesh.size))
+            out.update({f"pack/{k}": float(v) for k, v in tb.stats.as_dict().items()})
         else:
-            self.learner.policy_version += 1   # an empty batch (all groups dropped) still advances
+            learner.policy_version += 1   # an empty batch (all groups dropped) still advances
             out["learner/skipped_empty_batch"] = 1.0
-        rewards = [e.reward for e in episodes]
-        gen_tokens = sum(int(np.sum(s.loss_mask)) for s in segments)
-        out.update({
-            "rollout/episodes": len(episodes),
-            "rollout/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
-            "rollout/success_rate": float(np.mean([e.success for e in episodes])) if episodes else 0.0,
-            "rollout/turns_mean": float(np.mean([e.num_turns for e in episodes])) if episodes else 0.0,
-            "rollout/infra_errors": float(sum(g.info.get("infra_errors", 0) for g in batch.groups)),
-            "rollout/generated_tokens": float(gen_tokens),
-            "rollout/gen_tokens_per_s": gen_tokens / max(batch.rollout_s, 1e-9),
-            "groups/kept": float(len(batch.groups)),
-            "groups/dropped_zero_variance": float(batch.dropped_groups),
-            "groups/oversample_rounds": float(batch.oversample_rounds),
-            "groups/zero_variance_fraction": float(adv["zero_variance_fraction"]),
-            "staleness/max": float(max(hist) if hist else 0),
-            "staleness/mean": (float(sum(k * v for k, v in hist.items()) / max(sum(hist.values()), 1))),
-        })
-        for lag, n in hist.items():
-            out[f"staleness/hist_{lag}"] = float(n)
-        # how many learner versions behind the engine was when this batch's collection started
-        out["staleness/admission_lag"] = float(batch.step - batch.collect_started_version)
+        out.update(_rollout_metrics(batch, episodes, segments, adv, hist))
         self.history.setdefault("admission_lag", []).append(batch.step - batch.collect_started_version)
         self.history.setdefault("staleness", []).append({str(k): v for k, v in hist.items()})
         self.history.setdefault("task_ids", []).append([g.task.task_id for g in batch.groups])
@@ -246,32 +128,33 @@ class Trainer:
     def evaluate(self, tag: str) -> dict:
         from harness_jax.train import evaluation
 
+        c = self.config
         t0 = time.perf_counter()
-        res = evaluation.evaluate_tasks(self.config, self.runner, self.eval_tasks, self.base_harness,
-                                        k=self.config.eval.k, temperature=self.config.eval.temperature,
-                                        tag=tag)
-        res["step"] = self.step
-        res["tag"] = tag
-        res["time_s"] = time.perf_counter() - t0
+        res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=c.eval.k,
+                                        temperature=c.eval.temperature, tag=tag)
+        res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
         self.history["eval"].append(res)
-        self.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
-                                      if isinstance(v, (int, float))})
+        self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
+                                          if isinstance(v, (int, float))})
         logging.info("eval[%s] step %d: success %.3f %s", tag, self.step, res["success_rate"],
                      {k: v for k, v in res.items() if k.startswith(("pass@", "avg@"))})
         return res
 
     # ============================================================ SFT warm start
-    def _sft(self) -> dict:
+    def _sft(self) -> bool:
+        """Runs (or resumes) the warm start; False when a stop request interrupted it."""
         from harness_jax.train import sft_warmstart
 
-        c = self.config
-        self.evaluate("before_sft")
-        res = sft_warmstart.run_sft(c, self, self.workdir)
-        self.sft_done = True
+        if self.config.eval.at_start and not any(e["tag"] == "before_sft" for e in self.history["eval"]):
+            self.evaluate("before_sft")
+        res = sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
         self.history["sft"] = res
+        if not res["finished"]:
+            return False
+        self.sft_done = True
         self.evaluate("after_sft")
         self.save()
-        return res
+        return True
 
     # ============================================================ main loop
     def request_stop(self) -> None:
@@ -280,90 +163,139 @@ class Trainer:
     def run(self) -> dict:
         from harness_jax.envs import registry
 
-        c = self.config
         prev = _install_sigterm(self._stop)
         try:
-            with registry.training_scope(c.name):
+            with registry.training_scope(self.config.name):
                 return self._run()
         finally:
             _restore_sigterm(prev)
 
     def _run(self) -> dict:
         c = self.config
+        if self.resumed_from is None and c.rollout.mode != "colocated":
+            self.ctx.sync_weights()             # servers may hold other weights: start from ours
         if not self.sft_done:
-            self._sft()
+            if not self._sft():
+                logging.info("stop requested (SIGTERM) during the SFT warm start: its checkpoint is saved; exiting")
+                return self._finish(preempted=True, last_state=self.stream.state())
         elif self.step == 0 and c.eval.at_start and not self.history["eval"]:
             self.evaluate("start")
         progress = telemetry.Progress(c.num_steps, self.step, c.log.progress_bar)
-        producer = _AsyncProducer(self) if c.rl.async_mode else None
+        producer = (_AsyncProducer(self.collector.collect, self.stream, c.num_steps, c.rl.max_staleness)
+                    if c.rl.async_mode else None)
         if producer is not None:
             producer.start(self.step)
         preempted = False
         last_state = self.stream.state()
         try:
-            while self.step < c.num_steps:
-                timer = telemetry.PhaseTimer()
-                t_step = time.perf_counter()
-                if producer is None:
-                    with timer.phase("rollout"):
-                        batch = asyncio.run(self._collect(self.step))
-                else:
-                    with timer.phase("queue_wait"):
-                        batch = producer.get()
-                    timer.add("rollout_overlapped", batch.rollout_s)
-                metrics = self._train_on(batch, timer)
-                self.step += 1
-                if self.step % c.rollout.sync_every == 0 or self.step == c.num_steps:
-                    with timer.phase("weight_sync"):
-                        self.weight_sync(self.learner, self.learner.policy_version)
-                if producer is not None:
-                    producer.step_done(self.step)
-                # the stream position to resume from: before the oldest batch not yet trained on
-                last_state = producer.resume_state() if producer is not None else self.stream.state()
-                if c.eval.every_steps and self.step % c.eval.every_steps == 0 and self.step < c.num_steps:
-                    with timer.phase("eval"):
-                        self.evaluate("periodic")
-                stop = self._stop.is_set()
-                if (c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0) or stop:
-                    with timer.phase("checkpoint"):
-                        self.save(last_state)
-                metrics.update(timer.pop())
-                metrics["time/step_s"] = time.perf_counter() - t_step
-                metrics["policy_version"] = float(self.learner.policy_version)
-                self.writer.write(self.step, metrics)
-                progress.update(1, reward=metrics["rollout/reward_mean"],
-                                loss=metrics.get("learner/loss", 0.0))
-                if stop:
-                    preempted = True
-                    logging.info("stop requested (SIGTERM): checkpoint saved at step %d; exiting", self.step)
-                    break
+            while self.step < c.num_steps and not preempted:
+                metrics, last_state, preempted = self._step(producer)
+                progress.update(1, reward=metrics["rollout/reward_mean"], loss=metrics.get("learner/loss", 0.0))
         finally:
             progress.close()
             if producer is not None:
                 producer.close()
+        if preempted:
+            logging.info("stop requested (SIGTERM): checkpoint saved at step %d; exiting", self.step)
+        return self._finish(preempted, last_state)
+
+    def _step(self, producer) -> tuple[dict, dict, bool]:
+        """One GRPO step: batch -> update -> weight sync -> (eval) -> (checkpoint) -> metrics.
+        Returns the metrics, the stream state to resume from and whether a stop was requested."""
+        c = self.config
+        timer = telemetry.PhaseTimer()
+        t_step = time.perf_counter()
+        if producer is None:
+            with timer.phase("rollout"):
+                batch = self.collector.collect(self.step)
+        else:
+            with timer.phase("queue_wait"):
+                batch = producer.get()
+            timer.add("rollout_overlapped", batch.rollout_s)
+        metrics = self._train_on(batch, timer)
+        self.step += 1
+        if self.step % c.rollout.sync_every == 0 or self.step == c.num_steps:
+            with timer.phase("weight_sync"):
+                self.ctx.sync_weights()
+        if producer is not None:
+            producer.step_done(self.step)
+        # the stream position to resume from: before the oldest batch not yet trained on
+        last_state = producer.resume_state() if producer is not None else self.stream.state()
+        if c.eval.every_steps and self.step % c.eval.every_steps == 0 and self.step < c.num_steps:
+            with timer.phase("eval"):
+                self.evaluate("periodic")
+        stop = self._stop.is_set()
+        if (c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0) or stop:
+            with timer.phase("checkpoint"):
+                self.save(last_state)
+        metrics.update(timer.pop())
+        metrics["time/step_s"] = time.perf_counter() - t_step
+        metrics["policy_version"] = float(self.ctx.learner.policy_version)
+        self.ctx.writer.write(self.step, metrics)
+        return metrics, last_state, stop
+
+    def _finish(self, preempted: bool, last_state: dict) -> dict:
+        c = self.config
         if not preempted:
             self.evaluate("final")
             self.save(last_state)
             if c.ckpt.export_hf:
-                from harness_jax.models import qwen3_5
-                out = os.path.join(self.workdir, "hf_final")
-                qwen3_5.save_hf(self.learner.model(), out)
-                self.tokenizer.save_pretrained(out)   # evaluate.py / transformers load it from there
-        summary = {"step": self.step, "policy_version": self.learner.policy_version,
+                self._export_hf()
+        summary = {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                    "preempted": preempted, "resumed_from": self.resumed_from,
                    "eval": self.history["eval"], "sft": self.history.get("sft")}
-        with open(os.path.join(self.workdir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1, default=float)
+        workdir_lib.write_json(self.ctx.paths.summary, summary)
         return summary
 
+    def _export_hf(self) -> None:
+        from harness_jax.models import qwen3_5
+
+        model, tok = self.ctx.learner.model(), self.ctx.tokenizer
+
+        def write(d):
+            qwen3_5.save_hf(model, d)
+            tok.save_pretrained(d)   # evaluate.py / transformers load it from there
+        workdir_lib.write_dir(self.ctx.paths.hf_final, write)
+
     def close(self) -> None:
-        for closer in (getattr(self.engine, "close", None), getattr(self.writer, "close", None),
-                       getattr(self.store, "close", None), self.ckpt.close):
-            if closer is not None:
-                try:
-                    closer()
-                except Exception as e:  # closing must not hide the run's own result
-                    logging.warning("close failed: %s", e)
+        try:
+            self.ckpt.close()
+        finally:
+            self.ctx.close()
+
+
+def _throughput(steps: list[dict], peak_flops: float, num_devices: int) -> dict:
+    """Tokens/s and MFU over all optimizer steps of one update (``rl.perf.mfu``)."""
+    tokens = sum(m["tokens"] for m in steps)
+    train_s = sum(m["step_time_s"] for m in steps)
+    out = {"perf/train_tokens_per_s": tokens / max(train_s, 1e-9)}
+    if all("model_flops" in m for m in steps):
+        out["perf/mfu"] = perf.mfu(sum(m["model_flops"] for m in steps), train_s, peak_flops, num_devices)
+    return out
+
+
+def _rollout_metrics(batch: Batch, episodes, segments, adv: dict, hist: dict) -> dict:
+    rewards = [e.reward for e in episodes]
+    gen_tokens = sum(int(np.sum(s.loss_mask)) for s in segments)
+    out = {
+        "rollout/episodes": len(episodes),
+        "rollout/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
+        "rollout/success_rate": float(np.mean([e.success for e in episodes])) if episodes else 0.0,
+        "rollout/turns_mean": float(np.mean([e.num_turns for e in episodes])) if episodes else 0.0,
+        "rollout/infra_errors": float(sum(g.info.get("infra_errors", 0) for g in batch.groups)),
+        "rollout/generated_tokens": float(gen_tokens),
+        "rollout/gen_tokens_per_s": gen_tokens / max(batch.rollout_s, 1e-9),
+        "groups/kept": float(len(batch.groups)),
+        "groups/dropped_zero_variance": float(batch.dropped_groups),
+        "groups/oversample_rounds": float(batch.oversample_rounds),
+        "groups/zero_variance_fraction": float(adv["zero_variance_fraction"]),
+        "staleness/max": float(max(hist) if hist else 0),
+        "staleness/mean": float(sum(k * v for k, v in hist.items()) / max(sum(hist.values()), 1)),
+        # how many learner versions behind the engine was when this batch's collection started
+        "staleness/admission_lag": float(batch.step - batch.collect_started_version),
+    }
+    out.update({f"staleness/hist_{lag}": float(n) for lag, n in hist.items()})
+    return out
 
 
 class _AsyncProducer:
@@ -374,9 +306,11 @@ class _AsyncProducer:
     at most ``max_staleness``. Finished batches are never discarded.
     """
 
-    def __init__(self, trainer: Trainer):
-        self.t = trainer
-        self.k = int(trainer.config.rl.max_staleness)
+    def __init__(self, collect: Callable[[int], Batch], stream: TaskStream, num_steps: int, max_staleness: int):
+        self._collect = collect
+        self._stream = stream
+        self._num_steps = int(num_steps)
+        self.k = int(max_staleness)
         self._q: "queue.Queue[Any]" = queue.Queue()
         self._cv = threading.Condition()
         self._done = 0
@@ -393,13 +327,13 @@ class _AsyncProducer:
     def _work(self, first: int) -> None:
         from harness_jax.envs import registry
         try:
-            with registry.training_scope(self.t.config.name):
-                for i in range(first, self.t.config.num_steps):
+            with registry.training_scope("rollout-producer"):
+                for i in range(first, self._num_steps):
                     with self._cv:
                         self._cv.wait_for(lambda: self._closed or i - self._done <= self.k)
                         if self._closed:
                             return
-                    batch = asyncio.run(self.t._collect(i))
+                    batch = self._collect(i)
                     with self._cv:
                         self._pending_states.append(batch.stream_state_before)
                     self._q.put(batch)
@@ -423,7 +357,7 @@ class _AsyncProducer:
         """Stream position before the oldest batch not yet trained on (collected batches in
         flight are re-collected after a restart: same tasks, fresh rollouts)."""
         with self._cv:
-            return self._pending_states[0] if self._pending_states else self.t.stream.state()
+            return self._pending_states[0] if self._pending_states else self._stream.state()
 
     def close(self) -> None:
         with self._cv:
@@ -434,25 +368,13 @@ class _AsyncProducer:
 
 
 # ---------------------------------------------------------------------------------------------
-def train(config, workdir: str, **kw) -> dict:
+def train(config, workdir, **kw) -> dict:
     """Build, run and close one training run (the launcher's entry point)."""
     trainer = Trainer(config, workdir, **kw)
     try:
         return trainer.run()
     finally:
         trainer.close()
-
-
-def _seed(seed: int, step: int, index: int) -> int:
-    return (int(seed) * 1_000_003 + step * 10_007 + index) % (2 ** 31 - 1)
-
-
-def _harness_id(h) -> str:
-    for attr in ("harness_id", "id", "name"):
-        v = getattr(h, attr, None)
-        if isinstance(v, str) and v:
-            return v
-    return type(h).__name__
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -469,6 +391,7 @@ def _flat(d: dict, prefix: str = "") -> dict:
 def _install_sigterm(stop: threading.Event):
     if threading.current_thread() is not threading.main_thread():
         return None
+
     def handler(signum, frame):
         logging.warning("SIGTERM received: finishing the current step, then checkpoint and exit")
         stop.set()

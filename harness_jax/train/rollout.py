@@ -1,51 +1,47 @@
-"""The loop's side of rollouts: engine + weight sync, the episode runner over the harness
-executor, the base harness, the trajectory store and the metrics writer.
+"""The loop's side of rollouts: the tokenizer, the engine and its weight sync, the base harness,
+the episode runner over the harness executor and the trajectory store.
 
-Weight sync strategies (``build_engine`` returns the engine and a ``sync(learner, version)``):
-* colocated (``JaxEngine``): a device-side copy of the learner's parameters is installed in place
-  (the learner donates its state buffers each step, so the engine must not alias them);
-* disaggregated (``SGLangClient``): ``qwen3_5.save_hf`` export to ``rollout.sync_dir/v<version>``
-  then pause -> flush -> ``update_weights_from_disk`` -> continue on every server; the previous
-  export is deleted once the servers have moved on.
+Weight sync (``build_engine`` returns the engine and a ``sync(model, version)``):
+* colocated (``JaxEngine``): the given model (the caller passes a copy of the learner's
+  parameters: the learner donates its state buffers every step) is installed in place;
+* disaggregated (``SGLangClient``): ``qwen3_5.save_hf`` export to ``<sync_dir>/v<version>``, then
+  pause -> flush -> ``update_weights_from_disk`` -> continue on every server; the previous export
+  is deleted once the servers have moved on.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import shutil
 import time
 from typing import Callable, Optional
 
-import numpy as np
-
-from harness_jax.train import builders
 from harness_jax.train.groups import Episode
 
 
-def load_tokenizer(config, workdir: Optional[str] = None):
+def load_tokenizer(config, tokenizer_dir=None):
     """The Qwen3.5 tokenizer (or the HF checkpoint's own), or with ``model.tokenizer="task_bpe"``
-    a small byte-level BPE trained on the environment's training text (see task_tokenizer)."""
+    a small byte-level BPE trained on the environment's training text, kept in
+    ``tokenizer_dir`` (see task_tokenizer)."""
     if config.model.tokenizer == "task_bpe":
         from harness_jax.train import task_tokenizer
-        return task_tokenizer.load_or_train(config, workdir)
+        return task_tokenizer.load_or_train(config, tokenizer_dir)
     from harness_jax.sampling.tokenizer import load_tokenizer as _load
-    return _load(config.model.hf_path or None)
+    return _load(config.model.hf_path or None, cache_dir=config.model.tokenizer_cache_dir or None)
 
 
 # ---------------------------------------------------------------------------------- engines
 class ColocatedSync:
-    """Installs the learner's current parameters into the embedded engine (device copy)."""
+    """Installs a model in the embedded engine (a device copy of the learner's parameters)."""
 
     def __init__(self, engine):
         self.engine = engine
         self.last_s = 0.0
 
-    def __call__(self, learner, version: int) -> None:
+    def __call__(self, model, version: int) -> None:
         t0 = time.perf_counter()
-        params = builders.copy_params(learner.state["params"])
-        self.engine.update_weights(learner.model(params), version=int(version))
+        self.engine.update_weights(model, version=int(version))
         self.last_s = time.perf_counter() - t0
 
 
@@ -55,13 +51,13 @@ class DiskSync:
     def __init__(self, client, sync_dir: str):
         self.client = client
         self.sync_dir = sync_dir
-        os.makedirs(sync_dir, exist_ok=True)
         self._prev: Optional[str] = None
         self.last_report = None
 
-    def __call__(self, learner, version: int) -> None:
+    def __call__(self, model, version: int) -> None:
+        os.makedirs(self.sync_dir, exist_ok=True)
         out = os.path.join(self.sync_dir, f"v{int(version)}")
-        rep = _run_coro(self.client.sync_model(learner.model(), out, weight_version=int(version)))
+        rep = _run_coro(self.client.sync_model(model, out, weight_version=int(version)))
         self.last_report = rep
         if self._prev and self._prev != out:
             shutil.rmtree(self._prev, ignore_errors=True)
@@ -76,28 +72,28 @@ def _run_coro(coro):
     raise RuntimeError("weight sync is called from the learner thread, never inside an event loop")
 
 
-def build_engine(config, learner, tokenizer, workdir: str):
-    """(engine, sync) for the configured rollout mode; the engine starts at the learner's version."""
+def build_engine(config, model, tokenizer, *, sync_dir: str, version: int = 0):
+    """``(engine, sync)`` for the configured rollout mode. Colocated: an embedded engine serving
+    ``model`` (which it keeps: pass a copy of parameters that will be donated). Disaggregated: a
+    client of ``rollout.server_urls``; the servers get weights at the first ``sync(model, v)``."""
     r = config.rollout
     if r.mode == "colocated":
         from harness_jax.sampling import JaxEngine
-        model = learner.model(builders.copy_params(learner.state["params"]))
-        eos = _eos_ids(tokenizer)
+        from harness_jax.train.builders import DTYPES
         engine = JaxEngine(model, max_slots=r.max_slots, max_len=r.max_len, tokenizer=tokenizer,
-                           eos_token_ids=eos, seed=config.seed, weight_version=learner.policy_version,
-                           prefill_buckets=_prefill_buckets(r.max_len))
+                           eos_token_ids=_eos_ids(tokenizer), seed=config.seed, weight_version=version,
+                           prefill_buckets=prefill_buckets(r.prefill_buckets, r.max_len),
+                           decode_steps=r.decode_steps, cache_dtype=DTYPES[r.cache_dtype])
         return engine, ColocatedSync(engine)
     from harness_jax.sampling.sglang_client import SGLangClient
     client = SGLangClient(list(r.server_urls), max_concurrency=r.concurrency, timeout_s=r.request_timeout_s,
-                          weight_version=learner.policy_version)
-    sync = DiskSync(client, r.sync_dir or os.path.join(workdir, "weight_sync"))
-    # servers may hold other weights: start every run from the learner's parameters
-    sync(learner, learner.policy_version)
-    return client, sync
+                          weight_version=version)
+    return client, DiskSync(client, sync_dir)
 
 
-def _prefill_buckets(max_len: int):
-    return tuple(b for b in (32, 128, 512) if b < max_len) or (max_len // 2,)
+def prefill_buckets(buckets, max_len: int) -> tuple:
+    """The configured prefill chunk lengths below ``max_len`` (``max_len // 2`` if none is)."""
+    return tuple(int(b) for b in buckets if b < max_len) or (max_len // 2,)
 
 
 def _eos_ids(tokenizer):
@@ -106,53 +102,24 @@ def _eos_ids(tokenizer):
     return (ids["<|im_end|>"], ids["<|endoftext|>"])
 
 
-# ---------------------------------------------------------------------------------- metrics
-class MetricsWriter:
-    """Scalars to ``<workdir>/metrics.jsonl`` (one JSON object per step) and TensorBoard."""
-
-    def __init__(self, workdir: str, tensorboard: bool = True):
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self._f = open(self.path, "a")
-        self._tb = None
-        if tensorboard:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(os.path.join(workdir, "tb"))
-
-    def write(self, step: int, scalars: dict) -> None:
-        clean = {k: float(v) for k, v in scalars.items()
-                 if isinstance(v, (int, float, np.floating, np.integer)) and np.isfinite(v)}
-        self._f.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
-        self._f.flush()
-        if self._tb is not None:
-            for k, v in clean.items():
-                self._tb.add_scalar(k, v, step)
-            self._tb.flush()
-
-    def close(self) -> None:
-        self._f.close()
-        if self._tb is not None:
-            self._tb.close()
-
-
-def metrics_writer(config, workdir: str) -> MetricsWriter:
-    return MetricsWriter(workdir, tensorboard=bool(config.log.tensorboard))
-
-
 # ---------------------------------------------------------------------------------- harness
-def base_harness(config, env_factory=None):
-    """H0: the configured harness spec (file) or the default spec, with the run's limits."""
+def base_harness(config, spec: Optional[str] = None):
+    """H0 (or ``spec``, default ``harness.spec``: a JSON/YAML file or a registered name) for the
+    run's env and protocol, with the run's limits (turns, tokens, context, sampling)."""
+    from harness_jax.harness import presets
     from harness_jax.harness.specs import HarnessSpec
 
-    spec = config.harness.spec
-    if spec:
-        if not os.path.exists(spec):
-            raise FileNotFoundError(f"config.harness.spec={spec!r}: file not found; give a JSON/YAML "
-                                    "harness spec or '' for the base harness")
+    spec = config.harness.spec if spec is None else spec
+    env, protocol = config.env.name, config.env.protocol
+    if not spec:
+        h = presets.base_harness(env, protocol)      # the published protocol of the benchmark
+    elif spec in presets.names():
+        h = presets.named(spec, env, protocol)
+    elif os.path.exists(spec):
         h = HarnessSpec.load(spec)
     else:
-        from harness_jax.harness.presets import base_harness as preset_h0
-        protocol = dict(config.env.kwargs).get("protocol", "function")
-        h = preset_h0(config.env.name, protocol)      # the published protocol of the benchmark
+        raise FileNotFoundError(f"harness spec {spec!r}: neither a file nor a registered name "
+                                f"({presets.names()}); give a JSON/YAML spec, a name, or '' for H0")
     r = config.rollout
     rules = dataclasses.replace(h.rules, max_tokens_per_turn=int(r.max_new_tokens),
                                 **({"max_turns": int(config.env.max_turns)} if config.env.max_turns > 0 else {}))
@@ -170,12 +137,12 @@ def with_temperature(harness, temperature: float):
     return dataclasses.replace(harness, temperature=float(temperature))
 
 
-def open_store(config, workdir: str):
-    """The append-only trajectory store under ``<workdir>/traces`` (None if disabled)."""
+def open_store(config, traces_dir: Optional[str]):
+    """The append-only trajectory store in ``traces_dir`` (None when ``log.store_traces`` is off)."""
     if not config.log.store_traces:
         return None
     from harness_jax.harness import store as store_lib
-    return store_lib.TrajectoryStore(os.path.join(workdir, "traces"))
+    return store_lib.TrajectoryStore(traces_dir)
 
 
 def to_episode(traj, task) -> Episode:
@@ -196,18 +163,26 @@ class EpisodeRunner:
     """
 
     def __init__(self, config, engine, env_factory, tokenizer, store=None):
-        self.config = config
+        from harness_jax.harness import sandbox
+
         self.engine = engine
         self.env_factory = env_factory
         self.tokenizer = tokenizer
         self.store = store
+        self.run_id = config.name
+        self.env_name = config.env.name
+        self.concurrency = int(config.rollout.concurrency)
+        h = config.harness
+        self._executor_kw = dict(infra_retries=int(h.infra_retries), hook_timeout_s=float(h.hook_timeout_s),
+                                 overlay_workers=int(h.overlay_workers))
+        sandbox.configure_default_sandbox(int(h.hook_workers))
         self._sems: dict = {}
 
     def _sem(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
         sem = self._sems.get(id(loop))
         if sem is None or self._sems.get(("loop", id(loop))) is not loop:
-            sem = asyncio.Semaphore(int(self.config.rollout.concurrency))
+            sem = asyncio.Semaphore(self.concurrency)
             self._sems = {id(loop): sem, ("loop", id(loop)): loop}
         return sem
 
@@ -217,9 +192,8 @@ class EpisodeRunner:
 
         h = harness if temperature is None else with_temperature(harness, temperature)
         ex = Executor(engine or self.engine, self.env_factory, h, tokenizer=self.tokenizer,
-                      config=ExecutorConfig(concurrency=max(n, 1), seed=int(seed)),
-                      run_id=self.config.name, store=self.store if store else None,
-                      env_name=self.config.env.name)
+                      config=ExecutorConfig(concurrency=max(n, 1), seed=int(seed), **self._executor_kw),
+                      run_id=self.run_id, store=self.store if store else None, env_name=self.env_name)
         sem = self._sem()
 
         async def one(j):

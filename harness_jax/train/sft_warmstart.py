@@ -4,16 +4,20 @@ A randomly initialised policy solves nothing, so GRPO would see only zero-varian
 warm start plays the environment's oracle replies (for DBBench: the gold SQL, then the gold
 answer) as the policy's turns, through the same executor, harness and chat format the GRPO
 rollouts use. The recorded token sequences are therefore exactly what the policy will see and
-produce later; only demonstrations the environment scores as successful are kept. Training is
-token cross-entropy on the policy tokens (loss mask 1) with the learner in SFT mode.
+produce later; only demonstrations the environment scores as successful are kept.
+
+Training is ``rl.sft.train_sft`` (the project's one SFT loop) with a learner in SFT mode that
+starts from the policy, checkpointed under ``<workdir>/sft_checkpoints``: a warm start killed
+half-way resumes from its last checkpoint (the demonstrations are recorded again, identically).
+The result becomes the GRPO learner's parameters *and* its KL reference (the policy the RL phase
+starts from), and is pushed to the rollout engine.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
-import numpy as np
 from absl import logging
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateRequest, GenerateResult, RolloutEngine
@@ -50,7 +54,7 @@ class DemoEngine(RolloutEngine):
 
 
 def demo_replies(config, task) -> list[str]:
-    """Oracle replies of the environment, rendered as assistant text for the env's protocol."""
+    """Oracle replies of the environment, rendered as assistant text in ``env.protocol``."""
     if config.env.name != "dbbench":
         raise ValueError(f"config.env.name={config.env.name!r}: SFT warm start has gold demonstrations "
                          "for 'dbbench' only; set --config.sft.enabled=False")
@@ -58,72 +62,75 @@ def demo_replies(config, task) -> list[str]:
     from harness_jax.envs.dbbench.env import oracle_reply
     from harness_jax.sampling.chat import render_tool_call
 
-    protocol = dict(config.env.kwargs).get("protocol", "text")
-    out = []
-    for r in oracle_reply(task.data, protocol=protocol):
-        out.append(render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r)
-    return out
+    return [render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r
+            for r in oracle_reply(task.data, protocol=config.env.protocol)]
 
 
-async def record_demonstrations(config, runner, tasks, harness, tokenizer) -> list:
+async def record_demonstrations(ctx, tasks) -> list:
+    """One demonstration episode per task, at most ``sft.demo_concurrency`` at a time."""
     from harness_jax.sampling.tokenizer import special_token_ids
 
-    end = special_token_ids(tokenizer)["<|im_end|>"]
+    end = special_token_ids(ctx.tokenizer)["<|im_end|>"]
+    sem = asyncio.Semaphore(int(ctx.config.sft.demo_concurrency))
 
     async def one(i, task):
-        eng = DemoEngine(tokenizer, demo_replies(config, task), end)
-        eps = await runner.run(task, harness, 1, f"demo-{i}", seed=i, engine=eng, temperature=0.0,
-                               store=False)
-        return eps[0]
-
-    sem = asyncio.Semaphore(32)
-
-    async def guarded(i, t):
         async with sem:
-            return await one(i, t)
+            eng = DemoEngine(ctx.tokenizer, demo_replies(ctx.config, task), end)
+            eps = await ctx.runner.run(task, ctx.harness, 1, f"demo-{i}", seed=i, engine=eng,
+                                       temperature=0.0, store=False)
+            return eps[0]
 
-    return list(await asyncio.gather(*[guarded(i, t) for i, t in enumerate(tasks)]))
+    return list(await asyncio.gather(*[one(i, t) for i, t in enumerate(tasks)]))
 
 
-def run_sft(config, trainer, workdir: str) -> dict:
-    """Records demos, runs ``sft.steps`` SFT steps, installs the result in the GRPO learner and
-    the engine. Returns a summary (demo success, loss curve ends, timings)."""
-    from harness_jax.rl.batch import PackConfig, pack_segments
+def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict:
+    """Records the demonstrations, runs (or resumes) ``sft.steps`` SFT steps and installs the
+    result in ``ctx.learner`` (parameters and KL reference) and the engine. Returns a summary;
+    ``summary["finished"]`` is False when ``should_stop()`` ended it early (after a checkpoint)."""
+    from harness_jax.rl import sft
+    from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
     from harness_jax.rl.learner import Learner
 
-    s = config.sft
+    c = ctx.config
+    s = c.sft
     t0 = time.perf_counter()
-    tasks = builders.load_tasks(config, config.env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
-    episodes = asyncio.run(record_demonstrations(config, trainer.runner, tasks, trainer.base_harness,
-                                                 trainer.tokenizer))
+    tasks = builders.load_tasks(c, c.env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
+    episodes = asyncio.run(record_demonstrations(ctx, tasks))
     good = [e for e in episodes if e.success and not e.infra_error]
     record_s = time.perf_counter() - t0
     logging.info("SFT demos: %d/%d gold demonstrations succeed (%.1fs)", len(good), len(episodes), record_s)
     if not good:
         raise RuntimeError("SFT warm start: no gold demonstration succeeded in the environment; the "
-                           "oracle/environment pairing is broken (check config.env.kwargs)")
-    segs = [seg for e in good for seg in e.segments]
-    sft_learner = Learner(trainer.learner.model(builders.copy_params(trainer.learner.state["params"])),
-                          builders.learner_config(config, "sft", peak_flops=trainer.peak_flops),
-                          mesh=trainer.mesh, rules=trainer.rules)
-    pack = PackConfig(buckets=trainer.pack_cfg.buckets, overlong="split", row_multiple=trainer.pack_cfg.row_multiple)
-    rng = np.random.default_rng(config.seed + s.seed_offset)
-    losses, t_train = [], time.perf_counter()
-    tokens = 0
-    for step in range(s.steps):
-        idx = rng.choice(len(segs), size=min(s.batch_size, len(segs)), replace=False)
-        tb = pack_segments([segs[i] for i in idx], pack)
-        m = sft_learner.update(tb)[-1]
-        losses.append(float(m["nll"] if "nll" in m else m["loss"]))
-        tokens += int(m["tokens"])
-        if step % 10 == 0 or step == s.steps - 1:
-            logging.info("sft step %d/%d: nll %.4f", step + 1, s.steps, losses[-1])
-            trainer.writer.write(step, {"sft/nll": losses[-1], "sft/grad_norm": m["grad_norm"],
-                                        "sft/tokens_per_s": m["tokens_per_s"]})
+                           "oracle/environment pairing is broken (check config.env)")
+    segments = [seg for e in good for seg in e.segments]
+    learner = Learner(ctx.learner.model(ctx.learner.params_copy()),
+                      builders.learner_config(c, "sft", peak_flops=ctx.peak_flops), mesh=ctx.mesh, rules=ctx.rules)
+    batches = sft.SFTBatches(segments, builders.sft_config(c, len(segments), learner.row_multiple),
+                             row_multiple=learner.row_multiple)
+    ckpt = Checkpointer(CheckpointConfig(ctx.paths.sft_checkpoints, max_to_keep=1,
+                                         save_interval_steps=int(s.ckpt_every_steps), save_on_sigterm=False))
+    resumed_from = ckpt.latest_step()
+    t_train = time.perf_counter()
+    try:
+        history = sft.train_sft(learner, batches, checkpointer=ckpt, writer=ctx.writer, should_stop=should_stop,
+                                on_step=_log_every(10, batches.total_steps))
+    finally:
+        ckpt.close()
     train_s = time.perf_counter() - t_train
-    trainer.learner.state["params"] = builders.copy_params(sft_learner.state["params"])
-    trainer.weight_sync(trainer.learner, trainer.learner.policy_version)
-    del sft_learner
-    return {"demos": len(episodes), "demos_succeeded": len(good), "steps": s.steps,
-            "nll_first": losses[0], "nll_last": losses[-1], "record_s": record_s, "train_s": train_s,
-            "tokens_per_s": tokens / max(train_s, 1e-9)}
+    out = {"demos": len(episodes), "demos_succeeded": len(good), "steps": batches.steps,
+           "resumed_from": resumed_from, "finished": batches.finished, "record_s": record_s, "train_s": train_s}
+    if history:
+        tokens = sum(m["tokens"] for m in history)
+        out.update(nll_first=history[0]["nll"], nll_last=history[-1]["nll"],
+                   tokens_per_s=tokens / max(sum(m["step_time_s"] for m in history), 1e-9))
+    if batches.finished:
+        ctx.learner.set_params(learner.state["params"], reset_reference=True)
+        ctx.sync_weights()
+    return out
+
+
+def _log_every(n: int, total: int):
+    def log(step: int, m: dict) -> None:
+        if step % n == 0 or step == total:
+            logging.info("sft step %d/%d: nll %.4f", step, total, m["nll"])
+    return log

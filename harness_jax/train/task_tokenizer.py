@@ -15,10 +15,10 @@ selection/test), so evaluation text does not shape the vocabulary.
 """
 from __future__ import annotations
 
-import os
-from typing import Iterable, Optional
+from typing import Iterable
 
 from absl import logging
+from etils import epath
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
@@ -42,8 +42,7 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
             continue
         from harness_jax.envs.dbbench.env import oracle_reply
         from harness_jax.train.sft_warmstart import demo_replies
-        protocol = dict(config.env.kwargs).get("protocol", "text")
-        for text, action in zip(demo_replies(config, task), oracle_reply(task.data, protocol=protocol)):
+        for text, action in zip(demo_replies(config, task), oracle_reply(task.data, protocol=config.env.protocol)):
             yield text
             res = env.step(action)
             yield res.observation
@@ -54,9 +53,13 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
     yield "Your reply could not be parsed. Action: Operation Action: Answer Final Answer: []"
 
 
-def train(config, out_dir: str, vocab_size: int):
+def train(config, out_dir, vocab_size: int):
+    """Trains the tokenizer on ``training_corpus(config)`` and saves it to ``out_dir`` (a path or
+    URI)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    from harness_jax.train import workdir
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -68,21 +71,23 @@ def train(config, out_dir: str, vocab_size: int):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS
                                                               if t not in ("<|im_end|>", "<|endoftext|>")])
-    os.makedirs(out_dir, exist_ok=True)
-    fast.save_pretrained(out_dir)
+    workdir.write_dir(epath.Path(str(out_dir)), fast.save_pretrained)
     logging.info("trained task BPE tokenizer: %d tokens -> %s", len(fast), out_dir)
     return fast
 
 
-def load(path: str):
+def load(path):
     from transformers import PreTrainedTokenizerFast
-    return PreTrainedTokenizerFast.from_pretrained(path)
+
+    from harness_jax.train import workdir
+    return workdir.read_dir(epath.Path(str(path)), PreTrainedTokenizerFast.from_pretrained)
 
 
-def load_or_train(config, workdir: Optional[str]):
-    if workdir is None:
+def load_or_train(config, tokenizer_dir):
+    """The task tokenizer kept in ``tokenizer_dir`` (``<workdir>/tokenizer``), trained on first use."""
+    if tokenizer_dir is None:
         raise ValueError("model.tokenizer='task_bpe' needs a workdir to keep the trained tokenizer")
-    path = os.path.join(workdir, "tokenizer")
-    if os.path.exists(os.path.join(path, "tokenizer.json")):
+    path = epath.Path(str(tokenizer_dir))
+    if (path / "tokenizer.json").exists():
         return load(path)
     return train(config, path, int(config.model.tokenizer_vocab))

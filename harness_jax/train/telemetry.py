@@ -1,16 +1,15 @@
-"""Phase timings, throughput/MFU, the matmul-peak probe and the interactive progress bar.
+"""Phase timings, the matmul-peak probe and the interactive progress bar.
 
 Every step reports the wall time of each phase (``rollout``, ``logprob_recompute``, ``train``,
-``weight_sync``, ``queue_wait``, ``eval``, ``checkpoint``), tokens/s and MFU. MFU uses the
-model's analytic ``flops_per_token`` (fwd+bwd training FLOPs) over the measured train time and
-the per-device peak (from the config, or measured here with a matmul when it is 0 on CPU).
+``weight_sync``, ``queue_wait``, ``eval``, ``checkpoint``), tokens/s and MFU (``rl.perf``: the
+model's analytic training FLOPs over the measured train time and the per-device peak, from the
+config or measured here with a matmul when it is 0 on CPU).
 """
 from __future__ import annotations
 
 import contextlib
 import sys
 import time
-from typing import Optional
 
 PHASES = ("rollout", "logprob_recompute", "train", "weight_sync", "queue_wait", "eval", "checkpoint")
 
@@ -55,14 +54,6 @@ def measure_matmul_peak_flops(n: int = 1024, repeats: int = 5) -> float:
     return 2.0 * n ** 3 / best
 
 
-def mfu(flops_per_token: float, tokens: int, seconds: float, peak_flops_per_device: float,
-        num_devices: int) -> float:
-    """Model FLOPs utilisation of a training phase (0 when anything is unknown)."""
-    if seconds <= 0 or peak_flops_per_device <= 0 or num_devices <= 0:
-        return 0.0
-    return flops_per_token * tokens / seconds / (peak_flops_per_device * num_devices)
-
-
 class Progress:
     """A tqdm bar with ETA in interactive runs; silent otherwise (``mode``: auto|on|off)."""
 
@@ -83,12 +74,3 @@ class Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-def flops_per_token(model_cfg, seq_len: int, num_params: Optional[int] = None) -> Optional[float]:
-    """Training FLOPs per token: the model config's analytic ``flops_per_token`` when it has one,
-    else the 6N rule (forward + backward matmuls, attention scores ignored) from ``num_params``."""
-    fn = getattr(model_cfg, "flops_per_token", None)
-    if fn is not None:
-        return float(fn(seq_len))
-    return 6.0 * float(num_params) if num_params else None

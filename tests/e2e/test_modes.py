@@ -38,13 +38,23 @@ class CountingPostProcessor:
 
     def __init__(self):
         self.seen = []
+        self.on_group = None
 
     async def __call__(self, group, rollout, step):
         self.seen.append((step, group.group_id, len(group.episodes)))
+        if self.on_group is not None:
+            self.on_group(step)
         return group
 
 
+@pytest.mark.slow
 def test_async_mode_honours_staleness_bound(tmp_path):
+    """max_staleness=1: batch 1 is admitted while the learner trains on batch 0. The test holds the
+    weight sync after step 0 until every group of batch 1 is collected (a wrapper around the run
+    context's ``weight_sync``), so batch 1 is certainly generated with version-0 weights and
+    trained at version 1: the lag-1 case is forced, not left to thread timing."""
+    import threading
+
     from harness_jax.train import loop
 
     c = _base(rl__async_mode=True, rl__max_staleness=1)
@@ -54,21 +64,36 @@ def test_async_mode_honours_staleness_bound(tmp_path):
 
     def selector(task, step):
         selected.append(step)
-        return trainer.base_harness
+        return trainer.ctx.harness
 
     trainer = loop.Trainer(c, str(tmp_path), post_processors=[pp], harness_selector=selector,
                            devices=jax.devices()[:1])
+    batch1_collected = threading.Event()
+    real_sync = trainer.ctx.weight_sync
+
+    def gated_sync(model, version):
+        if version == 1:
+            assert batch1_collected.wait(600), "batch 1 was never collected"
+        real_sync(model, version)
+
+    def on_group(step):
+        if step == 1 and sum(s == 1 for s, _, _ in pp.seen) == c.rl.tasks_per_step:
+            batch1_collected.set()
+
+    pp.on_group = on_group
+    trainer.ctx.weight_sync = gated_sync
     try:
         summary = trainer.run()
     finally:
         trainer.close()
     assert summary["step"] == 3 and summary["policy_version"] == 3
-    hists = trainer.history["staleness"]
-    lags = [int(k) for h in hists for k in h]
-    assert lags and max(lags) <= 1, hists                 # never older than max_staleness
-    assert all(b <= 1 for b in trainer.history["admission_lag"]), trainer.history["admission_lag"]
-    # collection overlapped training: some trajectories were trained one version late
-    assert 1 in lags, hists
+    hists = [{int(k): v for k, v in h.items()} for h in trainer.history["staleness"]]
+    n = c.rl.tasks_per_step * c.rl.group_size
+    assert hists[0] == {0: n}                      # batch 0: collected and trained at version 0
+    assert hists[1] == {1: n}                      # batch 1: collected at version 0, trained at 1
+    assert all(max(h) <= 1 for h in hists)          # never older than max_staleness
+    assert trainer.history["admission_lag"][:2] == [0, 1]
+    assert all(b <= 1 for b in trainer.history["admission_lag"])
     assert len(pp.seen) == 3 * c.rl.tasks_per_step and sorted(set(selected)) == [0, 1, 2]
 
 
@@ -90,15 +115,16 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
     init = str(tmp_path / "init_hf")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    c = _base(rollout__mode="disaggregated", rollout__engine="sglang", rollout__server_urls=(url,),
+    c = _base(rollout__mode="disaggregated", rollout__server_urls=(url,),
               rollout__sync_every=1)
     c.num_steps = 2
     # an untrained policy solves nothing, so GRPO's advantages (and updates) are all zero here;
     # a short SFT warm start (synced to the server as well) guarantees the weights change
     c.sft.enabled = True
     c.sft.lr = 1e-2
-    tok = task_tokenizer.load_or_train(c, work)
-    qwen3_5.save_hf(builders.build_model(c), init)
+    tok = task_tokenizer.load_or_train(c, os.path.join(work, "tokenizer"))
+    mesh = builders.make_mesh(c, jax.devices()[:1])
+    qwen3_5.save_hf(builders.build_model(c, mesh, builders.mesh_rules(c)), init)
     tok.save_pretrained(init)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     env.pop("XLA_FLAGS", None)
@@ -116,10 +142,10 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
         try:
             summary = trainer.run()
             after = client.generate_sync(GenerateRequest(prompt, greedy, "probe-after"))
-            local = JaxEngine(trainer.learner.model(), max_slots=1, max_len=256)
+            local = JaxEngine(trainer.ctx.learner.model(), max_slots=1, max_len=256)
             mine = local.generate_sync(GenerateRequest(prompt, greedy, "probe-local"))
             local.close()
-            n_syncs = trainer.weight_sync.client.weight_version
+            n_syncs = trainer.ctx.engine.weight_version
         finally:
             trainer.close()
         client.close()

@@ -77,3 +77,23 @@ def test_dynamic_sampling_modes():
 def test_staleness_histogram():
     g = Group("a", TASKS[0], [_ep(1, version=3), _ep(0, version=2), _ep(0, version=3)])
     assert staleness_histogram([g], learner_version=3) == {0: 2, 1: 1}
+
+
+def test_a_sliding_window_episode_counts_once():
+    """An episode cut into several segments (context resets, sliding windows) is one sample of its
+    group: the advantages equal those of the same group with one segment per episode, and every
+    segment of an episode carries the episode's advantage."""
+    def ep(reward, n_segments):
+        e = _ep(reward)
+        e.segments = [TokenSegment(token_ids=list(range(6)), loss_mask=[0, 0, 1, 1, 1, 1],
+                                   rollout_logprobs=[0.0] * 6) for _ in range(n_segments)]
+        return e
+
+    split = Group("g", TASKS[0], [ep(1, 3), ep(0, 1), ep(0, 1)])
+    plain = Group("h", TASKS[1], [ep(1, 1), ep(0, 1), ep(0, 1)])
+    compute_advantages([split, plain], eps=1e-6)
+    r = np.array([1, 0, 0.0])
+    want = (r - r.mean()) / r.std()
+    assert [s.advantage for s in split.episodes[0].segments] == pytest.approx([want[0]] * 3)
+    assert [e.segments[0].advantage for e in split.episodes] == pytest.approx(want)
+    assert [e.segments[0].advantage for e in plain.episodes] == pytest.approx(want)

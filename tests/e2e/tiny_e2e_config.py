@@ -10,18 +10,18 @@ def get_config():
     c.name = "tiny_e2e"
     c.num_steps = 3
     c.model.tokenizer_vocab = 1024
-    c.model.overrides = dict(vocab_size=1024, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                             layer_types=("linear_attention", "full_attention"), num_attention_heads=2,
-                             num_key_value_heads=1, head_dim=16, linear_num_key_heads=1,
-                             linear_num_value_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
-                             tie_word_embeddings=True, max_position_embeddings=2048, eos_token_id=2,
-                             pad_token_id=0)
+    a = c.model.arch
+    a.vocab_size, a.hidden_size, a.intermediate_size, a.num_hidden_layers = 1024, 32, 64, 2
+    a.layer_types = ("linear_attention", "full_attention")
+    a.num_attention_heads, a.num_key_value_heads, a.head_dim = 2, 1, 16
+    a.linear_num_key_heads, a.linear_num_value_heads, a.linear_key_head_dim, a.linear_value_head_dim = 1, 2, 16, 16
+    a.max_position_embeddings = 2048
     c.rollout.max_slots = 4
     c.rollout.max_len = 1280
     c.rollout.max_new_tokens = 64
     c.rollout.concurrency = 4
-    c.env.kwargs = dict(engine="sqlite", protocol="text", max_rounds=2)
-    c.env.split_kwargs = dict(n=64, seed=0)
+    c.env.dbbench.max_rounds = 2
+    c.env.num_tasks = 64
     c.env.max_turns = 2
     c.rl.group_size = 2
     c.rl.tasks_per_step = 2
@@ -31,6 +31,7 @@ def get_config():
     c.sft.num_demos = 4
     c.sft.steps = 2
     c.sft.batch_size = 2
+    c.sft.warmup_steps = 0
     c.ckpt.every_steps = 1
     c.eval.num_tasks = 2
     c.log.peak_flops = 1e11               # fixed: no matmul probe in CI

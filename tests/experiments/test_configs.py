@@ -1,13 +1,17 @@
-"""Experiment configs: every preset validates, overrides work, and bad values are reported with
-their path and fix, all at once, before anything is built or compiled."""
+"""Experiment configs: every preset validates, overrides work, bad values are reported with their
+path and fix, all at once, before anything is built or compiled; allowed names come from the
+registries; every field of the schema has a comment and is read by the code."""
+import ast
 import os
 import subprocess
 import sys
 
 import pytest
+from ml_collections import ConfigDict
 
-from harness_jax import config_validation as cv
 from experiments.configs import common, gpu8_qwen35_4b_dbbench, tiny_cpu, tpu_qwen35_9b
+from harness_jax import config_schema, sharding
+from harness_jax import config_validation as cv
 
 PRESETS = {"tiny_cpu": tiny_cpu, "gpu8_qwen35_4b_dbbench": gpu8_qwen35_4b_dbbench,
            "tpu_qwen35_9b": tpu_qwen35_9b}
@@ -21,22 +25,56 @@ def test_presets_validate(name):
     cv.validate(cfg, num_devices=n)
 
 
-def test_presets_have_docstring_command_and_result():
+def test_presets_document_their_command():
     for name, mod in PRESETS.items():
-        doc = mod.__doc__
-        assert "launch/train.py" in doc and f"experiments/configs/{name}.py" in doc, name
-        assert "Expected result" in doc, name
-    for mod in (gpu8_qwen35_4b_dbbench, tpu_qwen35_9b):
-        assert "Memory arithmetic" in mod.__doc__
+        assert f"launch/train.py --config=experiments/configs/{name}.py" in " ".join(mod.__doc__.split()), name
 
 
-def test_every_field_of_the_schema_has_a_comment():
-    src = open(common.__file__).read().splitlines()
-    for line in src:
-        s = line.strip()
-        if (s.startswith("c.") and "=" in s and not s.endswith("ml_collections.ConfigDict()")
-                and not s.startswith("c.model.overrides =")):
-            assert "#" in s, f"field without a one-line comment: {s}"
+def _assignments(path):
+    """Every ``<x>.<field> = value`` statement of a config source with its line and comment."""
+    src = open(path).read()
+    lines = src.splitlines()
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], (ast.Attribute, ast.Subscript)):
+            seg = ast.get_source_segment(src, node.targets[0])
+            if seg.startswith(("c.", "s.", "a.")) and not seg.startswith("c.env[") and not (
+                    isinstance(node.value, ast.Call) and ast.get_source_segment(src, node.value).endswith(
+                        "ConfigDict()")):
+                out.append((seg, lines[node.end_lineno - 1]))
+    return out
+
+
+@pytest.mark.parametrize("path", [common.__file__, config_schema.__file__])
+def test_every_field_of_the_schema_has_a_comment(path):
+    fields = _assignments(path)
+    assert len(fields) > 20
+    for target, line in fields:
+        assert "#" in line, f"field without a one-line comment: {target}"
+
+
+def _leaves(cd, prefix=""):
+    for k, v in cd.items():
+        if isinstance(v, ConfigDict):
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}"
+
+
+def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
+    from harness_jax.envs import registry
+    from harness_jax.train import builders
+
+    c = common.base_config()
+    assert set(config_schema.env_sections()) == set(registry.names())
+    for name in registry.names():
+        assert isinstance(c.env[name], ConfigDict)
+    c.env.dbbench.engine = "mariadb"
+    c.env.dbbench.mariadb_socket = "/tmp/x.sock"
+    c.env.dbbench.categories = ("select",)
+    kw = config_schema.env_section("dbbench").env_kwargs(c.env)
+    assert kw["engine"] == "mariadb" and kw["socket"] == "/tmp/x.sock" and kw["protocol"] == "text"
+    assert builders.split_kwargs(c, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",)}
 
 
 def _bad(mutate, num_devices=1):
@@ -52,29 +90,38 @@ def _bad(mutate, num_devices=1):
     (lambda c: setattr(c.rl, "group_size", 1), "rl.group_size", "group_size=4"),
     (lambda c: setattr(c.mesh, "shape", (1, 3, 1, 1)), "mesh.shape", "equal 1"),
     (lambda c: setattr(c.mesh, "shape", (1, -1, -1, 1)), "mesh.shape", "-1"),
+    (lambda c: setattr(c.mesh, "rules", (("no_such_axis", "fsdp"),)), "mesh.rules[0]", "TRAIN_RULES"),
     (lambda c: setattr(c.model, "init_from", "/no/such/ckpt"), "model.init_from", "existing"),
     (lambda c: setattr(c.model, "hf_path", "/no/such/hf"), "model.hf_path", "checkpoint directory"),
     (lambda c: setattr(c.model, "preset", "no_such_preset"), "model.preset", "use one of"),
     (lambda c: setattr(c.env, "train_split", "test"), "env.train_split", "selection"),
     (lambda c: setattr(c.env, "eval_split", "test"), "env.eval_split", "evaluate.py"),
+    (lambda c: setattr(c.env, "protocol", "xml"), "env.protocol", "function"),
+    (lambda c: setattr(c.env.dbbench, "engine", "oracle"), "env.dbbench.engine", "mariadb"),
     (lambda c: setattr(c.rollout, "temperature", 0.0), "rollout.temperature", "1.0"),
-    (lambda c: setattr(c.rollout, "mode", "disaggregated"), "rollout.engine", "sglang"),
-    (lambda c: (setattr(c.rollout, "mode", "disaggregated"), setattr(c.rollout, "engine", "sglang")),
-     "rollout.server_urls", "serve.py"),
+    (lambda c: setattr(c.rollout, "mode", "disaggregated"), "rollout.server_urls", "serve.py"),
     (lambda c: setattr(c.rollout, "mode", "sideways"), "rollout.mode", "colocated"),
+    (lambda c: setattr(c.rollout, "cache_dtype", "int4"), "rollout.cache_dtype", "bfloat16"),
     (lambda c: setattr(c.rl, "agg", "mean_of_means"), "rl.agg", "token_mean"),
+    (lambda c: setattr(c.rl, "tis_mode", "clip"), "rl.tis_mode", "literal"),
+    (lambda c: setattr(c.rl, "kl_estimator", "k4"), "rl.kl_estimator", "k3"),
+    (lambda c: setattr(c.rl, "adv_baseline", "median"), "rl.adv_baseline", "loo"),
     (lambda c: setattr(c.rl, "eps_low", 1.5), "rl.eps_low", "0.2"),
     (lambda c: setattr(c.rl, "dynamic_sampling", "maybe"), "rl.dynamic_sampling", "oversample"),
     (lambda c: (setattr(c.rl, "async_mode", True), setattr(c.rl, "max_staleness", 0)),
      "rl.max_staleness", ">= 1"),
     (lambda c: setattr(c.rl, "pack_len", 64), "rl.pack_len", "max_new_tokens"),
     (lambda c: setattr(c.opt, "lr", 0.0), "opt.lr", "1e-6"),
+    (lambda c: setattr(c.opt, "end_lr_ratio", 2.0), "opt.end_lr_ratio", "[0, 1]"),
     (lambda c: setattr(c.eval, "k", 3), "eval.k", "temperature"),
     (lambda c: setattr(c.sft, "num_demos", 2), "sft.num_demos", "batch_size"),
+    (lambda c: setattr(c.sft, "schedule", "step"), "sft.schedule", "cosine"),
     (lambda c: setattr(c.model, "dtype", "float8"), "model.dtype", "bfloat16"),
-    (lambda c: c.model.overrides.__setitem__("hidden_sizes", 3), "model.overrides.hidden_sizes", "remove"),
-    (lambda c: c.model.overrides.__setitem__("num_key_value_heads", 3), "model.overrides", "consistent"),
+    (lambda c: setattr(c.model.arch, "num_key_value_heads", 3), "model.arch", "consistent"),
+    (lambda c: setattr(c.model.arch, "vocab_size", 1000), "model.arch.vocab_size", "tokenizer_vocab"),
     (lambda c: setattr(c.harness, "spec", "/no/such/harness.json"), "harness.spec", "JSON/YAML"),
+    (lambda c: setattr(c.harness, "spec", "H9"), "harness.spec", "H0"),
+    (lambda c: setattr(c.harness, "hook_workers", 0), "harness.hook_workers", ">= 1"),
 ])
 def test_bad_config_reports_path_and_fix(mutate, path, fix_word):
     err = _bad(mutate)
@@ -93,6 +140,24 @@ def test_all_problems_reported_at_once():
     assert {"rl.group_size", "opt.lr", "env.name"} <= {p.path for p in err.problems}
 
 
+def test_allowed_names_come_from_the_registries(monkeypatch):
+    """A mode registered in rl.losses (or a harness in harness.presets) is valid config at once."""
+    from harness_jax.harness import presets
+    from harness_jax.rl import losses
+
+    c = tiny_cpu.get_config()
+    c.rl.tis_mode = "always_one"
+    c.harness.spec = "my_h0"
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    assert {p.path for p in ei.value.problems} == {"rl.tis_mode", "harness.spec"}
+    monkeypatch.setattr(losses, "TIS_WEIGHTS", dict(losses.TIS_WEIGHTS))   # restored after the test
+    monkeypatch.setattr(presets, "_NAMED", dict(presets._NAMED))
+    losses.register(losses.TIS_WEIGHTS, "always_one")(losses.TIS_WEIGHTS["none"])
+    presets.register("my_h0", presets.base_harness)
+    cv.validate(c, num_devices=1)
+
+
 def test_mesh_device_count_mismatch_for_preset():
     cfg = gpu8_qwen35_4b_dbbench.get_config()
     with pytest.raises(cv.ConfigValidationError) as ei:
@@ -100,24 +165,119 @@ def test_mesh_device_count_mismatch_for_preset():
     assert any(p.path == "mesh.num_devices" for p in ei.value.problems)
 
 
-def test_resolve_mesh_shape():
-    assert cv.resolve_mesh_shape((1, -1, 2, 1), 8) == (1, 4, 2, 1)
-    assert cv.resolve_mesh_shape((2, 2, 2, 1), 8) == (2, 2, 2, 1)
+def test_resolve_mesh_shape_in_one_place():
+    assert sharding.resolve_mesh_shape((1, -1, 2, 1), 8) == (1, 4, 2, 1)
+    assert sharding.resolve_mesh_shape((2, 2, 2, 1), 8) == (2, 2, 2, 1)
+    with pytest.raises(ValueError, match="do not divide"):
+        sharding.resolve_mesh_shape((3, -1, 1, 1), 8)
+    assert dict(sharding.make_mesh((1, -1, 2, 1)).shape) == {"data": 1, "fsdp": 4, "tensor": 2, "expert": 1}
 
 
 def test_command_line_overrides_and_lock(tmp_path):
-    """The launcher's flag parsing: overrides apply, unknown fields are refused (lock_config)."""
+    """The launcher's flag parsing: overrides apply to typed fields, unknown fields are refused."""
     code = (
         "import sys; from absl import flags; from ml_collections import config_flags;"
         "cfg = config_flags.DEFINE_config_file('config', lock_config=True);"
         "flags.FLAGS(sys.argv); c = flags.FLAGS.config;"
-        "print(c.rl.group_size, c.rollout.max_len, c.model.overrides.hidden_size)")
+        "print(c.rl.group_size, c.rollout.max_len, c.model.arch.hidden_size, c.env.dbbench.engine)")
     base = [sys.executable, "-c", code, "--config=experiments/configs/tiny_cpu.py"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
     out = subprocess.run(base + ["--config.rl.group_size=8", "--config.rollout.max_len=1024",
-                                 "--config.model.overrides.hidden_size=64"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                                 "--config.model.arch.hidden_size=96", "--config.env.dbbench.engine=mariadb"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["8", "1024", "64"]
-    bad = subprocess.run(base + ["--config.rl.group_sizes=8"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
-    assert bad.returncode != 0 and "group_sizes" in bad.stderr
+    assert out.stdout.split() == ["8", "1024", "96", "mariadb"]
+    for bad in ("--config.rl.group_sizes=8", "--config.model.arch.hidden_size=wide"):
+        p = subprocess.run(base + [bad], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode != 0 and bad.split("=")[0].split(".")[-1] in p.stderr, p.stderr[-2000:]
+
+
+# --------------------------------------------------------------------- every field is read
+class _Recorder:
+    """Wraps a ConfigDict and records the dotted path of every field the code reads (iteration
+    over a section reads all of its fields). Test double: the real config, observed."""
+
+    def __init__(self, cd, log, prefix=""):
+        object.__setattr__(self, "_cd", cd)
+        object.__setattr__(self, "_log", log)
+        object.__setattr__(self, "_prefix", prefix)
+
+    def _get(self, k):
+        v = self._cd[k]
+        path = self._prefix + k
+        if isinstance(v, ConfigDict):
+            return _Recorder(v, self._log, path + ".")
+        self._log.add(path)
+        return v
+
+    def __getattr__(self, k):
+        if k.startswith("__"):
+            raise AttributeError(k)
+        try:
+            return self._get(k)
+        except KeyError:
+            raise AttributeError(k) from None
+
+    __getitem__ = _get
+
+    def __contains__(self, k):
+        return k in self._cd
+
+    def keys(self):
+        return self._cd.keys()
+
+    def items(self):
+        return [(k, self._get(k)) for k in self._cd.keys()]
+
+    def values(self):
+        return [v for _, v in self.items()]
+
+    def __iter__(self):
+        return iter(self._cd.keys())
+
+    def get(self, k, default=None):
+        return self._get(k) if k in self._cd else default
+
+
+@pytest.mark.slow
+def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
+    """Every leaf of the schema is read by the code that builds and runs an experiment (outside
+    config validation): a short real run (async, SFT warm start, periodic evaluation, export), a
+    disaggregated run's construction, the Qwen tokenizer and every env family's section."""
+    from harness_jax.harness import tokenizer as tok_lib
+    from harness_jax.train import builders, context, loop, rollout
+    from tests.e2e import tiny_e2e_config
+
+    monkeypatch.setattr(cv, "validate", lambda *a, **k: None)   # its reads do not count
+    monkeypatch.setattr(tok_lib, "load_tokenizer", lambda *a, **k: None)   # the 248k vocabulary: not needed
+    log = set()
+    c = tiny_e2e_config.get_config()
+    c.num_steps = 2
+    c.mesh.num_devices = 1
+    c.rl.async_mode = True
+    c.rl.dynamic_sampling = "oversample"
+    c.sft.steps = 1
+    c.eval.every_steps = 1
+    c.eval.num_tasks = 1
+    c.log.peak_flops = 0.0
+    c.model.init_from = ""
+    loop.train(_Recorder(c, log), str(tmp_path / "run"))
+
+    d = tiny_e2e_config.get_config()
+    d.mesh.num_devices = 1
+    d.rollout.mode = "disaggregated"
+    d.rollout.server_urls = ("http://127.0.0.1:9",)
+    d.log.store_traces = False
+    context.build(_Recorder(d, log), str(tmp_path / "run")).close()
+
+    q = tiny_e2e_config.get_config()
+    q.model.tokenizer = "qwen"
+    rollout.load_tokenizer(_Recorder(q, log))
+    for name in config_schema.env_sections():
+        e = tiny_e2e_config.get_config()
+        e.env.name = name
+        builders.env_factory(_Recorder(e, log))
+        builders.split_kwargs(_Recorder(e, log))
+
+    unread = sorted(set(_leaves(common.base_config())) - log)
+    assert not unread, f"fields no code reads: {unread}"

@@ -4,6 +4,7 @@ import pytest
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from harness_jax import sharding as shd
 from harness_jax.models import qwen3_5
@@ -16,19 +17,29 @@ def ref_moe(tiny_hf_moe_dir):
     return ids, np.asarray(nnx.jit(lambda m, x: m(x))(model, jnp.asarray(ids)))
 
 
-@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 2, 2), (1, 2, 4), (1, 2, 1, 4)])
+# (embed_tokens (vocab, embed), experts.gate_up_proj (experts, expert_mlp, embed)) per mesh shape:
+# the rules map vocab/expert_mlp -> tensor, embed -> fsdp, experts -> expert; size-1 axes drop out.
+EXPECTED_SPECS = {
+    (8, 1, 1): (P(None, None), P(None, None, None)),
+    (2, 2, 2): (P("tensor", "fsdp"), P(None, "tensor", "fsdp")),
+    (1, 2, 4): (P("tensor", "fsdp"), P(None, "tensor", "fsdp")),
+    (1, 2, 1, 4): (P(None, "fsdp"), P("expert", None, "fsdp")),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(EXPECTED_SPECS))
 def test_sharded_load_matches_single_device(tiny_hf_moe_dir, ref_moe, shape):
     ids, ref = ref_moe
     mesh = shd.make_mesh(shape)
     model = qwen3_5.load_hf(tiny_hf_moe_dir, mesh=mesh)
-    # parameters really are distributed as the rules say
+    # parameters really are distributed as the rules say, each device holding only its shard
     emb = model.model.embed_tokens.weight[...]
-    assert emb.sharding.spec == shd.logical_to_mesh(("vocab", "embed"), mesh, shape=emb.shape)
-    if mesh.shape["tensor"] > 1:
-        assert emb.sharding.spec[0] == "tensor"
     experts = model.model.layers[0].mlp.experts.gate_up_proj[...]
-    if mesh.shape["expert"] > 1:
-        assert experts.sharding.spec[0] == "expert"
+    assert (emb.sharding.spec, experts.sharding.spec) == EXPECTED_SPECS[shape]
+    for arr in (emb, experts):
+        split = np.prod([mesh.shape[a] for part in arr.sharding.spec if part
+                         for a in ((part,) if isinstance(part, str) else part)])
+        assert np.prod(arr.addressable_shards[0].data.shape) * split == arr.size
     x = jax.device_put(jnp.asarray(ids), shd.batch_sharding(mesh, 2, shape=ids.shape))
     out = np.asarray(nnx.jit(lambda m, x: m(x))(model, x))
     np.testing.assert_allclose(out, ref, atol=1e-4)

@@ -2,7 +2,15 @@
 import numpy as np
 
 from harness_jax.rl import batch as rlbatch
+from harness_jax.rl import losses
 from harness_jax.types import TokenSegment
+
+
+def set_group_advantages(segs, group_size):
+    """Group-relative advantages of consecutive groups of ``group_size`` one-segment episodes."""
+    r = np.asarray([s.reward for s in segs], np.float32).reshape(-1, group_size)
+    for s, a in zip(segs, np.asarray(losses.group_advantages(r)).reshape(-1)):
+        s.advantage = float(a)
 
 
 def random_segments(seed, n=16, vocab=64, min_len=6, max_len=20, group_size=4):
@@ -17,7 +25,7 @@ def random_segments(seed, n=16, vocab=64, min_len=6, max_len=20, group_size=4):
             token_ids=[int(t) for t in rng.integers(3, vocab, L)], loss_mask=[0] * p + [1] * (L - p),
             rollout_logprobs=[0.0] * p + [float(x) for x in -rng.exponential(2.0, L - p)],
             reward=float(rng.integers(0, 2)), group_id=f"g{i // group_size}", policy_version=0))
-    rlbatch.assign_group_advantages(segs)
+    set_group_advantages(segs, group_size)
     return segs
 
 

@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from harness_jax import distributed  # noqa: E402
+from harness_jax import sharding as shd  # noqa: E402
 
 distributed.initialize(f"localhost:{port}", nproc, pid)
 
@@ -28,7 +29,7 @@ from toy_model import ToyLM  # noqa: E402
 assert jax.device_count() == 8, jax.device_count()
 cfg = L.LearnerConfig(num_micro_batches=2, shuffle=True, logit_chunk=8,
                       opt=L.OptimizerConfig(learning_rate=3e-3, eps=1e-5))  # eps: tiny-gradient entries must not amplify all-reduce order noise
-lr = L.Learner(ToyLM(rngs=nnx.Rngs(0)), cfg, mesh=L.make_mesh((2, 4, 1, 1)))
+lr = L.Learner(ToyLM(rngs=nnx.Rngs(0)), cfg, mesh=shd.make_mesh((2, 4, 1, 1)))
 losses = []
 for i in range(2):
     b = rlbatch.pack_segments(random_segments(10 + i, n=24), rlbatch.PackConfig(buckets=(32,), row_multiple=16))

@@ -53,11 +53,3 @@ def test_no_loss_segments_counted_and_bad_config():
     assert b.stats.num_dropped_no_loss == 1
     with pytest.raises(ValueError, match="overlong"):
         rlbatch.PackConfig(overlong="truncate")
-
-
-def test_assign_group_advantages():
-    segs = [seg(5, gid="a", reward=r) for r in (1.0, 0.0, 0.0, 1.0)] + [seg(5, gid="b", reward=1.0)] * 2
-    info = rlbatch.assign_group_advantages(segs)
-    np.testing.assert_allclose([s.advantage for s in segs[:4]], [1, -1, -1, 1], rtol=1e-5)
-    assert segs[4].advantage == 0.0
-    assert info == {"zero_variance_fraction": 0.5, "num_groups": 2}

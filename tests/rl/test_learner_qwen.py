@@ -7,12 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from harness_jax import sharding as shd
 from harness_jax.models import qwen3_5
 from harness_jax.rl import batch as rlbatch
 from harness_jax.rl import learner as L
 from harness_jax.rl import losses
+from harness_jax.rl.logprobs import token_logprobs
 from harness_jax.types import TokenSegment
-from helpers import random_segments
+from helpers import random_segments, set_group_advantages
 
 CFG = L.LearnerConfig(num_micro_batches=2, shuffle=False, logit_chunk=8,
                       # eps 1e-5: see tests/rl/test_learner_toy.py (reduction-order noise vs Adam)
@@ -25,6 +27,8 @@ PACK = rlbatch.PackConfig(buckets=(32,), row_multiple=8, min_rows=8)
 # optimizer moves them, re-run this test, check the new numbers are sane and paste them here.
 GOLDEN = {"loss": 0.011004932224750519, "grad_norm": 3.7873125076293945, "param_rms": 0.05416801944375038}
 
+pytestmark = pytest.mark.slow   # a few minutes on 2 cores; CI runs it
+
 
 @pytest.fixture(scope="module")
 def batch():
@@ -36,7 +40,7 @@ def batch():
 
 @pytest.fixture(scope="module")
 def single(tiny_hf_dense_dir, batch):
-    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), CFG, mesh=L.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
+    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), CFG, mesh=shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
     ms = lr.update(batch)
     return lr, ms
 
@@ -47,14 +51,12 @@ def test_golden_one_step_metrics(single):
     got = {k: m[k] for k in GOLDEN}
     print("golden one-step metrics:", got)
     for k, v in GOLDEN.items():
-        if v is not None:
-            assert m[k] == pytest.approx(v, rel=1e-4), (k, got)
-    assert np.isfinite(m["loss"]) and m["grad_norm"] > 0
+        assert m[k] == pytest.approx(v, rel=1e-4), (k, got)
 
 
 def test_sharded_qwen_equals_single_device(tiny_hf_dense_dir, batch, single):
     ref, ref_m = single
-    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), CFG, mesh=L.make_mesh((2, 2, 2, 1)))
+    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), CFG, mesh=shd.make_mesh((2, 2, 2, 1)))
     ms = lr.update(batch)
     np.testing.assert_allclose(ms[0]["loss"], ref_m[0]["loss"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(ms[0]["grad_norm"], ref_m[0]["grad_norm"], rtol=1e-5)
@@ -63,19 +65,27 @@ def test_sharded_qwen_equals_single_device(tiny_hf_dense_dir, batch, single):
 
 
 def test_full_loss_gradient_matches_finite_differences(single, batch):
-    """Directional derivatives of the GRPO loss (TIS, KL k3, entropy bonus on) through the model."""
+    """Directional derivatives of the GRPO loss (TIS, KL k3, entropy bonus on) through the model,
+    composed from the public pieces: ``token_logprobs`` of the learner's model view and
+    ``losses.policy_loss``."""
     lr, _ = single
-    cfg = L.LearnerConfig(logit_chunk=8, loss=losses.PolicyLossConfig(kl_coef=0.05, entropy_coef=0.01))
     arrays = dict(batch.arrays())
     rng = np.random.default_rng(0)
     # old/ref log-probs near the current ones so ratios sit inside the clip range
     logp = lr.compute_logp(batch)
-    arrays["old_logp"] = logp + rng.normal(0, 0.02, logp.shape).astype(np.float32)
-    arrays["ref_logp"] = logp + rng.normal(0, 0.3, logp.shape).astype(np.float32)
-    mb = {k: jnp.asarray(v) for k, v in arrays.items()}
+    old = logp + rng.normal(0, 0.02, logp.shape).astype(np.float32)
+    ref = logp + rng.normal(0, 0.3, logp.shape).astype(np.float32)
+
+    def loss(p):
+        lp, ent = token_logprobs(lr.model(p), arrays["input_ids"], arrays["target_ids"],
+                                 segment_ids_BT=arrays["segment_ids"], positions_BT=arrays["positions"],
+                                 chunk_size=8, with_entropy=True)
+        return losses.policy_loss(lp, old, arrays["rollout_logp"], arrays["advantages"], arrays["loss_mask"],
+                                  segment_ids_BT=arrays["segment_ids"], ref_logp_BT=ref, entropy_BT=ent,
+                                  kl_coef=0.05, entropy_coef=0.01)[0]
+
     params = lr.state["params"]
-    denom = lr._denominator(mb)
-    vg = jax.jit(jax.value_and_grad(lambda p: lr._loss(p, mb, denom, cfg)[0]))   # one compile
+    vg = jax.jit(jax.value_and_grad(loss))   # one compile
 
     def f(p):
         return vg(p)[0]
@@ -127,13 +137,12 @@ def make_sampler(lr):
     return sample
 
 
-@pytest.mark.slow
 def test_grpo_learns_toy_task(tiny_hf_dense_dir):
     """Reward 1 when the sampled continuation contains a target token; mean reward goes from
     chance (~0.3) to > 0.9 within a fixed number of GRPO steps."""
     cfg = L.LearnerConfig(opt=L.OptimizerConfig(learning_rate=3e-3, weight_decay=0.0, clip_norm=1.0),
                           loss=losses.PolicyLossConfig(), logit_chunk=0, num_mini_batches=2)
-    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), cfg, mesh=L.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
+    lr = L.Learner(qwen3_5.load_hf(tiny_hf_dense_dir), cfg, mesh=shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
     sample = make_sampler(lr)
     rng = np.random.default_rng(0)
     prompts = rng.integers(3, 512, (PROMPTS, PROMPT_LEN))
@@ -153,7 +162,7 @@ def test_grpo_learns_toy_task(tiny_hf_dense_dir):
                              rollout_logprobs=list(map(float, lps[i])), reward=float(r[i]),
                              group_id=str(i // GROUP), policy_version=lr.policy_version)
                 for i in range(len(r))]
-        rlbatch.assign_group_advantages(segs)
+        set_group_advantages(segs, GROUP)
         b = rlbatch.pack_segments(segs, rlbatch.PackConfig(buckets=(32,), row_multiple=lr.row_multiple))
         ms = lr.update(b)
         assert ms[0]["max/sampler_trainer_logp_diff_abs"] < 1e-3   # same model, same math

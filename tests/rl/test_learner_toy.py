@@ -1,7 +1,8 @@
 """Learner plumbing on the small stand-in LM (tests/rl/toy_model.py, a test double used because
 compiling the real Qwen3.5 model for every mesh would exceed the test budget): several meshes on
 8 CPU devices equal one device, 1/2/4 micro-batches give the same update, mini-batches/epochs,
-schedules, metrics and the JSONL/TensorBoard writer."""
+schedules, metrics against independent computations, the KL reference, the abstract learner,
+SFT (checkpointed and resumable) and the JSONL/TensorBoard writer."""
 import glob
 import os
 
@@ -9,11 +10,13 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
+from harness_jax import sharding as shd
 from harness_jax.rl import batch as rlbatch
+from harness_jax.rl import checkpoint as ck
 from harness_jax.rl import learner as L
 from harness_jax.rl import losses
-from harness_jax.rl import checkpoint as ck
 from harness_jax.rl import metrics as rlmetrics
 from harness_jax.rl import sft
 from helpers import random_segments
@@ -27,20 +30,20 @@ def batch():
     return rlbatch.pack_segments(random_segments(0, n=24), PACK)
 
 
-def run(batch, shape=(1, 1, 1, 1), updates=2, flops_per_token=None, with_ref=False, **kw):
+def make(shape=(1, 1, 1, 1), flops_per_token=None, **kw):
     # Adam eps 1e-5: entries whose gradient cancels to ~1e-8 would otherwise turn all-reduce
     # order noise (~1e-11) into lr-sized update differences between meshes.
     base = dict(opt=L.OptimizerConfig(learning_rate=1e-2, clip_norm=1.0, eps=1e-5), shuffle=False, logit_chunk=8,
                 loss=losses.PolicyLossConfig(agg="seq_mean_token_mean"))
     base.update(kw)
-    mesh = L.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])
+    mesh = shd.make_mesh(shape, devices=jax.devices()[:int(np.prod(shape))])
     model = ToyLM(rngs=nnx.Rngs(0))
-    lr = L.Learner(model, L.LearnerConfig(**base), mesh=mesh, flops_per_token=flops_per_token,
-                   ref_model=model if with_ref else None)
-    ms = [m for _ in range(updates) for m in lr.update(batch)]
-    if with_ref:   # the donated train state never aliased the model's (= reference's) buffers
-        np.testing.assert_array_equal(np.asarray(model.head[...]), lr.ref_params["head"])
-    return lr, ms
+    return model, L.Learner(model, L.LearnerConfig(**base), mesh=mesh, flops_per_token=flops_per_token)
+
+
+def run(batch, shape=(1, 1, 1, 1), updates=2, **kw):
+    _, lr = make(shape, **kw)
+    return lr, [m for _ in range(updates) for m in lr.update(batch)]
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,12 @@ def single(batch):
     return run(batch)
 
 
+# embed: logical ("vocab", "embed") -> rules vocab->tensor, embed->fsdp; batch rows over data x fsdp
+EMBED_SPEC = {(8, 1, 1, 1): P(None, None), (2, 2, 2, 1): P("tensor", "fsdp"), (1, 2, 4, 1): P("tensor", "fsdp")}
+BATCH_AXES = {(8, 1, 1, 1): ("data",), (2, 2, 2, 1): ("data", "fsdp"), (1, 2, 4, 1): ("fsdp",)}
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("shape,micro", [((8, 1, 1, 1), 1), ((2, 2, 2, 1), 2), ((1, 2, 4, 1), 4)])
 def test_sharded_equals_single_device(batch, single, shape, micro):
     """FSDP/TP/DP meshes == one device within 1e-5, with 1, 2 and 4 micro-batches of gradient
@@ -59,17 +68,17 @@ def test_sharded_equals_single_device(batch, single, shape, micro):
         np.testing.assert_allclose(a["grad_norm"], b["grad_norm"], rtol=1e-5)
     for x, y in zip(jax.tree.leaves(ref.params_numpy()), jax.tree.leaves(lr.params_numpy())):
         np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-5)
-    # parameters really are sharded on the bigger meshes
-    specs = {str(s.spec) for s in jax.tree.leaves(lr.state_sharding["params"])}
-    assert any("fsdp" in s or "tensor" in s for s in specs) or shape[0] == 8
+    # the layout is the one the rules give for this mesh, and each device holds only its shard
+    emb = lr.state["params"]["embed"]
+    assert emb.sharding.spec == EMBED_SPEC[shape]
+    n_split = np.prod([lr.mesh.shape[a] for a in ("tensor", "fsdp")])
+    assert emb.addressable_shards[0].data.shape[0] * emb.addressable_shards[0].data.shape[1] == emb.size // n_split
+    assert lr.batch_axes == BATCH_AXES[shape]
 
 
-def test_minibatches_epochs_schedule_and_metrics(batch, tmp_path):
+def test_minibatches_epochs_and_schedule(batch):
     opt = L.OptimizerConfig(learning_rate=1e-2, schedule="cosine", warmup_steps=2, total_steps=10)
-    lr, ms = run(batch, updates=1, num_mini_batches=2, num_epochs=2, shuffle=True, opt=opt,
-                 recompute_old_logp=True, compute_entropy=True, peak_flops_per_device=1e9,
-                 loss=losses.PolicyLossConfig(kl_coef=0.01), flops_per_token=lambda T: 6 * 40000.0,
-                 with_ref=True)
+    lr, ms = run(batch, updates=1, num_mini_batches=2, num_epochs=2, shuffle=True, opt=opt)
     assert len(ms) == 4 and lr.step == 4 and lr.policy_version == 1
     lrs = [m["learning_rate"] for m in ms]
     np.testing.assert_allclose(lrs[:3], [0.0, 5e-3, 1e-2], rtol=1e-6)
@@ -77,48 +86,142 @@ def test_minibatches_epochs_schedule_and_metrics(batch, tmp_path):
     # first step of the first epoch is exactly on-policy: ratios are 1, nothing clipped
     assert ms[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     assert ms[0]["pg_clipfrac_low"] == 0.0 and ms[0]["pg_clipfrac_high"] == 0.0
-    for key in ("loss", "grad_norm", "param_rms", "tis_weight_mean", "max/tis_weight", "entropy",
-                "sampler_trainer_kl", "kl_ref", "tokens_per_s", "mfu"):
-        assert key in ms[0] and np.isfinite(ms[0][key]), key
-    assert ms[0]["max/tis_weight"] <= 2.0
+
+
+def test_step_metrics_match_independent_computation(batch):
+    """Entropy, importance weights, KL to the reference and MFU of the first step, recomputed
+    here from the model's logits and the reported token counts."""
+    model, lr = make(compute_entropy=True, peak_flops_per_device=1e9, flops_per_token=lambda T: 6 * 40000.0,
+                     loss=losses.PolicyLossConfig(kl_coef=0.01, tis_cap=2.0))
+    a = batch.arrays()
+    mask = a["loss_mask"] > 0
+    logits = np.asarray(lr.model()(a["input_ids"], a["segment_ids"], a["positions"]), np.float64)
+    logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    entropy = -(np.exp(logp) * logp).sum(-1)
+    old = lr.compute_logp(batch)
+    np.testing.assert_allclose(old, np.take_along_axis(logp, a["target_ids"][..., None], -1)[..., 0], atol=1e-4)
+    w = np.minimum(np.exp(old - a["rollout_logp"]), 2.0)
+    m = lr.update(batch)[0]
+    assert m["entropy"] == pytest.approx(entropy[mask].mean(), rel=1e-4)
+    assert m["tis_weight_mean"] == pytest.approx(w[mask].mean(), rel=1e-4)
+    assert m["max/tis_weight"] == pytest.approx(w[mask].max(), rel=1e-4) and m["max/tis_weight"] <= 2.0
+    assert m["kl_ref"] == pytest.approx(0.0, abs=1e-6)     # the reference is the starting policy
+    assert m["tokens"] == float((a["segment_ids"] > 0).sum())
+    assert m["model_flops"] == pytest.approx(6 * 40000.0 * m["tokens"])
+    assert m["mfu"] == pytest.approx(m["model_flops"] / m["step_time_s"] / 1e9)
+    # the donated train state never aliased the model's buffers, nor the reference's
+    np.testing.assert_array_equal(np.asarray(model.head[...]), np.asarray(lr.ref_params["head"]))
+    assert lr.update(batch)[0]["kl_ref"] > 0                # the policy moved away from it
+
+
+def test_set_params_and_reference():
+    _, lr = make(loss=losses.PolicyLossConfig(kl_coef=0.1))
+    _, other = make()
+    new = jax.tree.map(lambda x: x + 1.0, other.state["params"])
+    lr.set_params(new)
+    np.testing.assert_allclose(lr.params_numpy()["head"], np.asarray(new["head"]))
+    assert not np.allclose(np.asarray(lr.ref_params["head"]), np.asarray(new["head"]))
+    lr.set_params(new, reset_reference=True)
+    np.testing.assert_allclose(np.asarray(lr.ref_params["head"]), np.asarray(new["head"]))
+    assert lr.ref_params["head"].sharding == lr.param_sharding["head"]
+    _, plain = make()
+    assert plain.ref_params is None                      # no KL term: no second copy of the weights
+
+
+def test_abstract_learner_has_the_real_shardings_and_lowers():
+    mesh = shd.make_mesh((2, 4, 1, 1))
+    cfg = L.LearnerConfig(num_micro_batches=2, logit_chunk=8, loss=losses.PolicyLossConfig(kl_coef=0.1))
+    real = L.Learner(ToyLM(rngs=nnx.Rngs(0)), cfg, mesh=mesh)
+    ab = L.Learner.abstract(nnx.eval_shape(lambda: ToyLM(rngs=nnx.Rngs(0))), cfg, mesh=mesh)
+    assert ab.is_abstract and ab.row_multiple == real.row_multiple == 16
+    for x, y in zip(jax.tree.leaves(ab.state), jax.tree.leaves(real.state)):
+        assert isinstance(x, jax.ShapeDtypeStruct)
+        assert (x.shape, x.dtype, x.sharding) == (y.shape, y.dtype, y.sharding)
+    text = ab.lower_train_step(16, 32).as_text()
+    assert text == real.lower_train_step(16, 32).as_text()
+    with pytest.raises(RuntimeError, match="abstract"):
+        ab.update(rlbatch.pack_segments(random_segments(0), PACK))
+
+
+def test_expert_axis_counts_in_the_row_multiple():
+    """Defect: rows were padded for ("data", "fsdp") only while the learner shards the batch over
+    the rules' batch axes, expert included: a mesh with expert > 1 failed at the first update."""
+    from ml_collections import config_dict
+    from harness_jax.train import builders
+
+    _, lr = make((1, 2, 1, 4), num_micro_batches=2)
+    assert lr.batch_axes == ("fsdp", "expert")
+    assert lr.row_multiple == 2 * 2 * 4
+    cfg = config_dict.ConfigDict(dict(rl=dict(pack_len=32, pack_buckets=(16,), pad_token_id=0)))
+    tb = rlbatch.pack_segments(random_segments(3, n=12), builders.pack_config(cfg, lr.row_multiple))
+    assert tb.shape[0] % 16 == 0
+    m = lr.update(tb)
+    assert np.isfinite(m[0]["loss"])
+
+
+def test_metrics_writer_jsonl_and_tensorboard(tmp_path):
+    ms = [{"loss": 0.5, "grad_norm": 1.0}, {"loss": 0.25, "grad_norm": np.float32(2.0)}]
     with rlmetrics.MetricsWriter(str(tmp_path), active=True) as w:
         for i, m in enumerate(ms):
             w.write(i, m, prefix="learner/")
         w.write(4, {"note": "text", "bad": float("nan")})
     rec = rlmetrics.read_jsonl(str(tmp_path / "metrics.jsonl"))
-    assert len(rec) == 5 and rec[1]["learner/loss"] == pytest.approx(ms[1]["loss"])
-    assert rec[4]["bad"] is None and rec[4]["note"] == "text"
-    assert glob.glob(os.path.join(str(tmp_path), "events.out.tfevents.*"))
+    assert len(rec) == 3 and rec[1]["learner/loss"] == pytest.approx(ms[1]["loss"])
+    assert rec[2]["bad"] is None and rec[2]["note"] == "text"
+    assert glob.glob(os.path.join(str(tmp_path), "tb", "events.out.tfevents.*"))
+    with rlmetrics.MetricsWriter(str(tmp_path / "other"), active=False) as w:
+        w.write(0, {"x": 1.0})
+    assert not os.path.exists(tmp_path / "other")        # not process 0: writes nothing
 
 
-def test_sft_trains_on_response_tokens_and_checkpoints(tmp_path):
+def _sft_setup(tmp_path, name):
     rng = np.random.default_rng(0)
     prompts = rng.integers(3, 60, (48, 4))
     segs = [sft.sft_segment(p, p + 1) for p in prompts]           # learnable copy-plus-one task
-    assert segs[0].loss_mask == [0] * 4 + [1] * 4
     cfg = sft.SFTConfig(epochs=2, examples_per_batch=16, pack=rlbatch.PackConfig(buckets=(32,)))
     lr = L.Learner(ToyLM(rngs=nnx.Rngs(0)), L.LearnerConfig(mode="sft", logit_chunk=8, opt=L.OptimizerConfig(
-        learning_rate=1e-2)), mesh=L.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
+        learning_rate=1e-2)), mesh=shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1]))
     batches = sft.SFTBatches(segs, cfg, row_multiple=lr.row_multiple)
-    c = ck.Checkpointer(ck.CheckpointConfig(str(tmp_path / "sft"), save_interval_steps=2))
+    c = ck.Checkpointer(ck.CheckpointConfig(str(tmp_path / name), save_interval_steps=2))
+    return segs, lr, batches, c
+
+
+@pytest.mark.slow
+def test_sft_trains_on_response_tokens_and_resumes(tmp_path):
+    segs, lr, batches, c = _sft_setup(tmp_path, "straight")
+    assert segs[0].loss_mask == [0] * 4 + [1] * 4
     hist = sft.train_sft(lr, batches, checkpointer=c)
     c.close()
-    assert len(hist) == 6 and batches.get_state() == {"epoch": 2, "pos": 0}
+    assert len(hist) == 6 and batches.finished and batches.get_state() == {"epoch": 2, "pos": 0, "steps": 6}
     assert hist[-1]["nll"] < hist[0]["nll"] - 0.1
     np.testing.assert_allclose(hist[0]["loss"], hist[0]["nll"], rtol=1e-5)
     assert c.latest_step() == 6
+    # stopped after 2 steps (checkpoint), then resumed by a fresh learner: the same final weights
+    _, lr2, b2, c2 = _sft_setup(tmp_path, "stopped")
+    first = sft.train_sft(lr2, b2, checkpointer=c2, should_stop=lambda: True)
+    c2.close()
+    assert len(first) == 1 and not b2.finished
+    _, lr3, b3, c3 = _sft_setup(tmp_path, "stopped")
+    rest = sft.train_sft(lr3, b3, checkpointer=c3)
+    c3.close()
+    assert len(rest) == 5 and b3.finished and lr3.step == 6
+    for x, y in zip(jax.tree.leaves(lr.params_numpy()), jax.tree.leaves(lr3.params_numpy())):
+        np.testing.assert_array_equal(x, y)
     with pytest.raises(ValueError, match="response_ids"):
         sft.sft_segment([1, 2], [])
+    assert sft.SFTConfig.for_steps(7, 48, 16).epochs == 3
 
 
 def test_bad_batch_rows_and_config_errors():
-    mesh = L.make_mesh((2, 4, 1, 1))
+    mesh = shd.make_mesh((2, 4, 1, 1))
     assert L.required_row_multiple(L.LearnerConfig(num_micro_batches=2, num_mini_batches=2), mesh) == 32
     with pytest.raises(ValueError, match="row_multiple=32"):
         L.check_rows(48, 32)
     with pytest.raises(ValueError, match="mesh shape"):
-        L.make_mesh((3, -1, 1, 1))
+        shd.make_mesh((3, -1, 1, 1))
     with pytest.raises(ValueError, match="num_micro_batches"):
         L.LearnerConfig(num_micro_batches=0)
     with pytest.raises(ValueError, match="schedule"):
         L.OptimizerConfig(schedule="step")
+    with pytest.raises(ValueError, match="eps"):
+        L.OptimizerConfig(eps=0.0)

@@ -170,7 +170,7 @@ def test_policy_loss_metrics_match_numpy():
 def test_accumulated_terms_equal_full_batch():
     """Summing (sum, denom) over row splits reproduces the full-batch loss for every agg mode."""
     logp, old, ro, adv, mask, seg, *_ = random_inputs(5, B=6)
-    for agg in losses.AGG_MODES:
+    for agg in losses.AGGREGATIONS:
         cfg = losses.PolicyLossConfig(agg=agg, norm_constant=8.0)
         s, d, _ = losses.policy_loss_terms(logp, old, ro, adv, mask, cfg, segment_ids_BT=seg)
         parts = [losses.policy_loss_terms(logp[i:i + 2], old[i:i + 2], ro[i:i + 2], adv[i:i + 2],
@@ -211,3 +211,11 @@ def test_bad_config_names_the_field():
         losses.PolicyLossConfig(eps_low=1.5)
     with pytest.raises(ValueError, match="agg"):
         losses.policy_loss(np.zeros((1, 2)), np.zeros((1, 2)), None, np.zeros(1), np.ones((1, 2)), agg="x")
+
+
+def test_zero_variance_is_one_definition_for_numpy_and_jax():
+    r = np.array([[1.0, 1.0, 1.0], [0.0, 1.0, 0.0], [0.1, 0.1, 0.1]], np.float32)
+    np.testing.assert_array_equal(losses.zero_variance(r), [True, False, True])
+    np.testing.assert_array_equal(np.asarray(losses.zero_variance(jnp.asarray(r))), [True, False, True])
+    adv = np.asarray(losses.group_advantages(r))
+    assert np.all(adv[[0, 2]] == 0.0) and np.any(adv[1] != 0.0)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from harness_jax import sharding as shd
 from harness_jax.rl import batch as rlbatch
 from harness_jax.rl import checkpoint as ck
 from harness_jax.rl import learner as L
@@ -19,9 +20,10 @@ PACK = rlbatch.PackConfig(buckets=(16, 32), row_multiple=CFG.rows_multiple * 8, 
 
 
 def make_learner(seed=0):
-    return L.Learner(ToyLM(rngs=nnx.Rngs(seed)), CFG, mesh=L.make_mesh((2, 4, 1, 1)))
+    return L.Learner(ToyLM(rngs=nnx.Rngs(seed)), CFG, mesh=shd.make_mesh((2, 4, 1, 1)))
 
 
+@pytest.mark.slow
 def test_resume_4_plus_4_equals_8_bitwise(tmp_path):
     """8 straight updates (saving along the way) vs a fresh learner restored after 4 + 4 more."""
     straight = make_learner()
@@ -55,6 +57,7 @@ def learner():
 
 def test_sigterm_forces_a_save_and_stop(tmp_path, learner):
     lr = learner
+    prev = signal.getsignal(signal.SIGTERM)
     c = ck.Checkpointer(ck.CheckpointConfig(str(tmp_path / "c"), save_interval_steps=100))
     try:
         assert not c.maybe_save(lr, step=3)           # not on the interval
@@ -64,7 +67,7 @@ def test_sigterm_forces_a_save_and_stop(tmp_path, learner):
         assert c.latest_step() == 3                    # finished (waited) before returning
     finally:
         c.close()
-    assert signal.getsignal(signal.SIGTERM) is not c._on_sigterm
+    assert signal.getsignal(signal.SIGTERM) is prev         # close() restores the previous handler
 
 
 def test_half_written_checkpoint_is_never_latest(tmp_path, learner):
@@ -83,3 +86,39 @@ def test_half_written_checkpoint_is_never_latest(tmp_path, learner):
     c2.close()
     with pytest.raises(ValueError, match="directory"):
         ck.CheckpointConfig("")
+
+
+def test_restore_params_reads_only_the_parameters(tmp_path, learner):
+    """Evaluation and warm starts read a checkpoint's parameters onto any shardings, without an
+    optimizer: here onto one device, from a checkpoint written on a (2, 4) mesh."""
+    lr = learner
+    c = ck.Checkpointer(ck.CheckpointConfig(str(tmp_path / "c"), async_save=False))
+    c.maybe_save(lr, step=5, force=True)
+    c.close()
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), lr.state["params"])
+    params, step = ck.restore_params(str(tmp_path / "c"), abstract)
+    assert step == 5
+    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(lr.params_numpy())):
+        assert x.sharding == one
+        np.testing.assert_array_equal(np.asarray(x), y)
+    with pytest.raises(FileNotFoundError, match="no Orbax checkpoint"):
+        ck.restore_params(str(tmp_path / "empty"), abstract)
+
+
+def test_uri_directories_keep_their_scheme(tmp_path, monkeypatch):
+    """Defect: ``os.path.abspath("gs://b/run")`` made a local ``gs:/b/run`` folder. Checkpoint and
+    run directories keep URIs; relative local paths become absolute."""
+    from harness_jax import paths
+    from harness_jax.train.workdir import RunPaths
+
+    assert str(paths.resolve("gs://bucket/run/checkpoints")) == "gs://bucket/run/checkpoints"
+    run = RunPaths.of("gs://bucket/run")
+    assert str(run.checkpoints) == "gs://bucket/run/checkpoints"
+    assert str(run.sft_checkpoints) == "gs://bucket/run/sft_checkpoints"
+    assert str(run.summary) == "gs://bucket/run/summary.json"
+    with pytest.raises(ValueError, match="log.traces_dir"):
+        run.local("traces")                    # the trajectory store needs a local directory
+    assert run.local("traces", str(tmp_path / "t")) == str(tmp_path / "t")
+    monkeypatch.chdir(tmp_path)
+    assert str(paths.resolve("rel/ckpt")) == str(tmp_path / "rel" / "ckpt")
