@@ -2,6 +2,7 @@
 
   python benchmarks/bench_gdn.py                          # error table + timings 512..8192
   python benchmarks/bench_gdn.py --sections accuracy      # only the error table (issue #19)
+  python benchmarks/bench_gdn.py --sections chunks        # error vs an fp64 recurrence per chunk size
   python benchmarks/bench_gdn.py --sections speed --lengths 512,2048 --repeats 7
   python benchmarks/bench_gdn.py --trsm                   # also time a LAPACK triangular solve
 
@@ -12,6 +13,10 @@ private module: the library itself has one kernel only. Needs the git history (a
 * accuracy: max |chunked - recurrent| of the outputs (fp32, T=256) on the input families of the
   issue's table plus saturated cases; "new grad" is the largest gradient error (q, k, v, g, beta)
   of the new chunked rule against autodiff of the recurrent rule, relative to the gradient's max.
+* chunks: max output error against an fp64 numpy recurrence, per chunk size, on "resets" rows
+  (near-1 decays with g = -100 on 10% of the tokens: large in-chunk cumulative log-decays, the
+  one case where the chunked form loses digits the recurrence keeps), next to transformers'
+  chunked torch function and our recurrent rule.
 * speed: forward and forward+backward (grad of a weighted sum of the outputs) of one layer's
   rule, 1 row, 4 key / 8 value heads, 64x64 state, chunk 64 (the shapes of bench_model's GDN
   table). Old and new alternate inside one process, ``--repeats`` times; medians are printed,
@@ -109,6 +114,42 @@ def trsm_inverse(a_XLL):
     return lax.linalg.triangular_solve(a_XLL, eye, left_side=True, lower=True, unit_diagonal=True)
 
 
+def recurrent_fp64(q, k, v, g, beta):
+    """The gated delta rule token by token in float64 numpy (equal q/k/v head counts)."""
+    f = lambda x: np.asarray(x, np.float64)
+    q, k, v, g, beta = map(f, (q, k, v, g, beta))
+    q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6) / np.sqrt(q.shape[-1])
+    k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    S = np.zeros(q.shape[:1] + q.shape[2:] + v.shape[-1:])
+    o = np.zeros(v.shape)
+    for t in range(q.shape[1]):
+        S = S * np.exp(g[:, t])[..., None, None]
+        u = (v[:, t] - np.einsum("bnae,bna->bne", S, k[:, t])) * beta[:, t][..., None]
+        S = S + np.einsum("bna,bne->bnae", k[:, t], u)
+        o[:, t] = np.einsum("bnae,bna->bne", S, q[:, t])
+    return o
+
+
+def chunk_errors(new, T=100, chunks=(16, 32, 64)):
+    import jax
+    import torch
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+    print(f"\nmax |o - fp64 recurrence| on resets rows (beta 0.99 / 1.0, key cos 0 / 0.9, T={T}):")
+    print("| head dim | " + " | ".join(f"chunk {L}" for L in chunks) + " | transformers chunked (64) | recurrent |")
+    print("|" + "---|" * (len(chunks) + 3))
+    for A in (32, 128):
+        rows = [stress_inputs(T, A, 32, rho, beta, "resets", seed=i)
+                for i, (rho, beta) in enumerate([(0.0, 0.99), (0.0, 1.0), (0.9, 0.99), (0.9, 1.0)])]
+        x = [np.concatenate(parts) for parts in zip(*rows)]
+        ref = recurrent_fp64(*x)
+        err = lambda o: f"{np.abs(np.asarray(o, np.float64) - ref).max():.1e}"
+        cells = [err(jax.jit(lambda *a, L=L: new.chunk_gated_delta_rule(*a, chunk_size=L)[0])(*x)) for L in chunks]
+        o_hf, _ = hf.torch_chunk_gated_delta_rule(*(torch.from_numpy(a) for a in x), chunk_size=64,
+                                                  use_qk_l2norm_in_kernel=True)
+        cells += [err(o_hf.numpy()), err(jax.jit(new.recurrent_gated_delta_rule)(*x)[0])]
+        print(f"| {A} | " + " | ".join(cells) + " |", flush=True)
+
+
 def _time(fn, *args):
     import jax
     t = time.perf_counter()
@@ -163,7 +204,7 @@ def speed(kernels: dict, lengths, repeats, chunk=64, k_heads=4, v_heads=8, dk=64
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="accuracy,speed")
+    ap.add_argument("--sections", default="accuracy,chunks,speed")
     ap.add_argument("--old_ref", default="abf0342")
     ap.add_argument("--lengths", default="512,1024,2048,4096,8192")
     ap.add_argument("--repeats", type=int, default=5)
@@ -176,6 +217,8 @@ def main():
           "columns of one run, not runs)")
     if "accuracy" in args.sections:
         accuracy(old, new)
+    if "chunks" in args.sections:
+        chunk_errors(new)
     if "speed" in args.sections:
         ours = new.unit_lower_inverse
 

@@ -244,7 +244,6 @@ _ein = functools.partial(jnp.einsum, precision=_HI, preferred_element_type=F32)
 # -inf - -inf = NaN) and no exponential of a positive number (g > 0 breaks the rule's contract).
 G_FLOOR = -110.0
 
-
 # exp(A_log) is clamped at exp(A_LOG_MAX): finite in fp32 (overflow starts at 88.7), so the
 # decay rate ``-A * softplus(.)`` is never ``inf * 0 = NaN`` when softplus underflows.
 A_LOG_MAX = 80.0
@@ -348,10 +347,10 @@ def unit_lower_inverse(a_XLL):
     exact algebra, but their factors grow combinatorially before they cancel: fp32 lost every digit
     once keys inside a chunk were correlated and beta near 1 (issue #19).
 
-    Matmul-only: no LAPACK / cuBLAS triangular-solve custom call (slower on CPU here, see
-    benchmarks/bench_gdn.py, and it stalled under 8 fake CPU devices); partitions trivially over
-    batch axes and maps to the MXU / tensor cores. Diagonal blocks solved by row substitution
-    first (16x16, as FLA does) measured no more accurate and no faster on CPU. The VJP is the closed
+    Matmul-only: it partitions trivially over batch axes and maps to the MXU / tensor cores; a
+    ``lax.linalg.triangular_solve`` (LAPACK custom call) is as accurate but several times slower
+    on CPU (``benchmarks/bench_gdn.py --trsm``). Solving 16x16 diagonal blocks by row substitution
+    first (FLA's layout) measured no more accurate and no faster on CPU. The VJP is the closed
     form ``dA = -A^-T dY A^-T``: two matmuls with the (bounded) inverse, as stable as the forward.
     """
     return _unit_lower_inverse_recursive(a_XLL)
@@ -395,7 +394,8 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
     clamped to ``[G_FLOOR, 0]``. The one error the recurrence does not have: ``c_t - c_s`` is a
     difference of in-chunk cumulative sums, so it carries about ``(t - s) * ulp(|c_t|)`` of
     rounding; it matters only when large decays early in a chunk (|c| in the hundreds) are
-    followed by near-1 decays, and shrinks with the chunk size (docs/model.md, "GDN numerics").
+    followed by near-1 decays, and shrinks with the chunk size (docs/model.md, "Gated DeltaNet
+    numerics").
 
     Layout: inputs are moved once to chunk-major, head-major ``[M, B, H, (G,) L, X]`` (H = key
     heads, G = value heads per key head), so the per-chunk einsums need no transposes and the scan
