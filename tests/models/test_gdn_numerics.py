@@ -317,6 +317,11 @@ def _forward(model, ids):
     return model(ids)
 
 
+@nnx.jit
+def _extend(model, ids, cache, num_new):
+    return model.extend(ids, cache, num_new)
+
+
 @pytest.mark.parametrize("kind", ["dense", "moe"])
 def test_stressed_model_matches_transformers(stressed, kind):
     """Saturated beta, decay ~1, repeated tokens, chunk 64: fp32 logits within 1e-4 of
@@ -369,8 +374,8 @@ def test_cache_state_is_fp32_whatever_the_compute_dtype(stressed):
     model = qwen3_5.load_hf(stressed["dense"][0], dtype="bfloat16")
     cache = qwen3_5.init_cache(model.config, 1, 16, dtype=jnp.bfloat16)
     assert cache.k_LBSKH.dtype == jnp.bfloat16 and cache.state_LBNAE.dtype == jnp.float32
-    _, cache = model.extend(jnp.asarray(_model_inputs()[:1, :8]), cache, jnp.asarray([8], jnp.int32))
+    _, cache = _extend(model, jnp.asarray(_model_inputs()[:1, :8]), cache, jnp.asarray([8], jnp.int32))
     assert cache.state_LBNAE.dtype == jnp.float32
     bad = dataclasses.replace(cache, state_LBNAE=cache.state_LBNAE.astype(jnp.bfloat16))
     with pytest.raises(ValueError, match="state_LBNAE"):
-        model.extend(jnp.asarray([[5]]), bad, jnp.asarray([1], jnp.int32))
+        _extend(model, jnp.asarray([[5]]), bad, jnp.asarray([1], jnp.int32))
