@@ -93,7 +93,8 @@ def _perturb_hf_norms(model, torch, seed):
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
 
 
-def _save_tiny_hf(out_dir, moe: bool, seed: int):
+def tiny_hf_model(moe: bool, seed: int):
+    """The tiny random transformers model behind the fixtures below (eval mode, not saved)."""
     import torch
     import transformers
 
@@ -108,8 +109,11 @@ def _save_tiny_hf(out_dir, moe: bool, seed: int):
         cfg = transformers.Qwen3_5TextConfig(intermediate_size=128, tie_word_embeddings=False, **kw)
         model = transformers.Qwen3_5ForCausalLM(cfg)
     _perturb_hf_norms(model, torch, seed + 1)
-    model.eval()
-    model.save_pretrained(str(out_dir))
+    return model.eval()
+
+
+def _save_tiny_hf(out_dir, moe: bool, seed: int):
+    tiny_hf_model(moe, seed).save_pretrained(str(out_dir))
     return str(out_dir)
 
 

@@ -175,6 +175,8 @@ class JaxEngine(RolloutEngine):
       decode_steps: decode tokens per host round trip.
       eos_token_ids: ids that end a request unless ``ignore_eos``; default from the config.
       seed: seeds the engine-chosen per-request seeds (requests with ``seed=None``).
+      cache_dtype: dtype of the KV and conv caches; the Gated DeltaNet recurrent state is always
+        fp32 (``qwen3_5.init_cache``; the model refuses anything else).
       init_cache_fn / reset_rows_fn: cache API (defaults: ``qwen3_5.init_cache`` /
         ``qwen3_5.reset_cache_rows``).
       mesh / rules: shard the cache on this mesh by its logical axes (``cache_axes_fn``,

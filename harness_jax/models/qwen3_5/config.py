@@ -66,7 +66,7 @@ class Qwen3_5Config:
     # --- runtime knobs (not in HF) -----------------------------------------------------
     scan_layers: bool = False               # scan over repeated layer cycles (compile time O(1) in depth)
     remat: str = "none"                     # "none" | "block" | "full" (rematerialise decoder blocks)
-    gdn_chunk_size: int = 64                # chunk length of the chunked gated delta rule
+    gdn_chunk_size: int = 64                # chunked gated delta rule chunk length (numerics per size: docs/model.md)
 
     def __post_init__(self):
         lt = tuple(self.layer_types) or default_layer_types(self.num_hidden_layers)

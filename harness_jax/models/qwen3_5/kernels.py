@@ -232,6 +232,40 @@ def conv_state_after(x_BTC, state_BCW, num_new_B):
 # ---------------------------------------------------------------------------------------------
 # gated delta rule
 # ---------------------------------------------------------------------------------------------
+# Every product of the gated delta rule runs at full fp32 precision, also on backends whose
+# default fp32 matmul is reduced (TPU: bf16 passes, GPU: TF32): inputs of any dtype are cast to
+# fp32 on entry, the state is fp32, only the output is cast back.
+_HI = lax.Precision.HIGHEST
+_ein = functools.partial(jnp.einsum, precision=_HI, preferred_element_type=F32)
+
+# Per-token log-decays are clamped to [G_FLOOR, 0]. exp(-110) is below half the smallest fp32
+# subnormal, so a clamped token's decay factor is exactly 0, as it was; what the clamp buys is
+# finite in-chunk cumulative sums (g = -inf, e.g. from an overflowing exp(A_log), would make
+# -inf - -inf = NaN) and no exponential of a positive number (g > 0 breaks the rule's contract).
+G_FLOOR = -110.0
+
+# exp(A_log) is clamped at exp(A_LOG_MAX): finite in fp32 (overflow starts at 88.7), so the
+# decay rate ``-A * softplus(.)`` is never ``inf * 0 = NaN`` when softplus underflows.
+A_LOG_MAX = 80.0
+
+
+def gdn_gates(b_BTN, a_BTN, A_log_N, dt_bias_N):
+    """Write strength and log-decay of the Gated DeltaNet, in fp32 whatever the input dtype.
+
+    ``beta = sigmoid(b)``; ``g = -exp(min(A_log, A_LOG_MAX)) * softplus(a + dt_bias)`` (<= 0).
+    """
+    beta_BTN = jax.nn.sigmoid(b_BTN.astype(F32))
+    rate_N = jnp.exp(jnp.minimum(A_log_N.astype(F32), A_LOG_MAX))
+    g_BTN = -rate_N * jax.nn.softplus(a_BTN.astype(F32) + dt_bias_N.astype(F32))
+    return beta_BTN, g_BTN
+
+
+def _log_decay(g):
+    """fp32 ``g`` clamped to ``[G_FLOOR, 0]`` (``where``, so the gradient is 1 inside, also at 0)."""
+    g = g.astype(F32)
+    return jnp.where(g < G_FLOOR, G_FLOOR, jnp.where(g > 0, 0.0, g))
+
+
 def _expand_kv_heads(x_BTKA, num_v_heads: int):
     K = x_BTKA.shape[2]
     return x_BTKA if K == num_v_heads else jnp.repeat(x_BTKA, num_v_heads // K, axis=2)
@@ -242,7 +276,7 @@ def recurrent_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BN
     """Token-by-token gated delta rule (the reference recurrence; used for decode).
 
     ``S <- exp(g_t) S;  u = beta_t (v_t - S^T k_t);  S <- S + k_t u^T;  o_t = S^T q_t / sqrt(A)``.
-    Returns ``(o_BTNE in q's dtype, final state fp32)``.
+    All in fp32 whatever the input dtype. Returns ``(o_BTNE in q's dtype, final state fp32)``.
     """
     B, T, _, A = q_BTKA.shape
     N, E = v_BTNE.shape[2:]
@@ -251,22 +285,17 @@ def recurrent_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BN
     if use_qk_l2norm:
         q, k = l2norm(q), l2norm(k)
     q = q * (A ** -0.5)
-    v, g, beta = v_BTNE.astype(F32), g_BTN.astype(F32), beta_BTN.astype(F32)
-    if seg_start_BT is None:
-        keep_BT = jnp.ones((B, T), F32)
-    else:
-        keep_BT = 1.0 - seg_start_BT.astype(F32)
-        if state_BNAE is None:
-            keep_BT = keep_BT  # token 0 with a zero state: nothing to drop
+    v, g, beta = v_BTNE.astype(F32), _log_decay(g_BTN), beta_BTN.astype(F32)
+    keep_BT = jnp.ones((B, T), F32) if seg_start_BT is None else 1.0 - seg_start_BT.astype(F32)
     S0 = jnp.zeros((B, N, A, E), F32) if state_BNAE is None else state_BNAE.astype(F32)
 
     def step(S_BNAE, inp):
         q_t, k_t, v_t, g_t, b_t, keep_t = inp
         S_BNAE = S_BNAE * (jnp.exp(g_t) * keep_t[:, None])[..., None, None]
-        kv_BNE = jnp.einsum("bnae,bna->bne", S_BNAE, k_t)
+        kv_BNE = _ein("bnae,bna->bne", S_BNAE, k_t)
         u_BNE = (v_t - kv_BNE) * b_t[..., None]
-        S_BNAE = S_BNAE + jnp.einsum("bna,bne->bnae", k_t, u_BNE)
-        o_BNE = jnp.einsum("bnae,bna->bne", S_BNAE, q_t)
+        S_BNAE = S_BNAE + _ein("bna,bne->bnae", k_t, u_BNE)
+        o_BNE = _ein("bnae,bna->bne", S_BNAE, q_t)
         return S_BNAE, o_BNE
 
     xs = tuple(jnp.moveaxis(x, 1, 0) for x in (q, k, v, g, beta, keep_BT))
@@ -276,47 +305,76 @@ def recurrent_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BN
 
 def _bmm(a, b):
     """Batched matmul over the last two axes at full fp32 precision (also on TPU/GPU)."""
-    return jnp.einsum("...ij,...jk->...ik", a, b, precision=lax.Precision.HIGHEST)
+    return _ein("...ij,...jk->...ik", a, b)
 
 
-def _unit_lower_inverse_doubling(a_XLL):
+def _diag_blocks(x_XLL, s: int):
+    """The ``[..., L/s, s, s]`` diagonal blocks of ``[..., L, L]`` matrices."""
+    *batch, L, _ = x_XLL.shape
+    x = x_XLL.reshape(tuple(batch) + (L // s, s, L // s, s))
+    return jnp.moveaxis(jnp.diagonal(x, axis1=-4, axis2=-2), -1, -3)
+
+
+def _unit_lower_inverse_recursive(a_XLL):
     L = a_XLL.shape[-1]
-    eye = jnp.eye(L, dtype=a_XLL.dtype)
-    n_XLL = a_XLL - eye
-    inv_XLL = eye - n_XLL
-    p_XLL = n_XLL
-    k = 2
-    while k < L:
-        p_XLL = _bmm(p_XLL, p_XLL)
-        inv_XLL = _bmm(inv_XLL, eye + p_XLL)
-        k *= 2
-    return inv_XLL
+    Lp = 1 << (L - 1).bit_length()       # padded to a power of two with identity rows/columns
+    n_XLL = a_XLL.astype(F32) - jnp.eye(L, dtype=F32)
+    if Lp != L:
+        n_XLL = jnp.pad(n_XLL, [(0, 0)] * (n_XLL.ndim - 2) + [(0, Lp - L), (0, Lp - L)])
+    t_XPss = jnp.ones(n_XLL.shape[:-2] + (Lp, 1, 1), F32)     # the 1x1 diagonal blocks: exactly 1
+    s = 1
+    while s < Lp:  # merge pairs of inverted diagonal blocks: [[T11, 0], [-T22 N21 T11, T22]]
+        t11, t22 = t_XPss[..., 0::2, :, :], t_XPss[..., 1::2, :, :]
+        n21 = _diag_blocks(n_XLL[..., s:, :Lp - s], s)[..., 0::2, :, :]
+        t21 = -_bmm(_bmm(t22, n21), t11)
+        t_XPss = jnp.concatenate([jnp.concatenate([t11, jnp.zeros_like(t11)], -1),
+                                  jnp.concatenate([t21, t22], -1)], -2)
+        s *= 2
+    return t_XPss[..., 0, :L, :L]
 
 
 @jax.custom_vjp
 def unit_lower_inverse(a_XLL):
-    """Inverse of unit lower-triangular matrices by doubling: with ``A = I + N`` (N strictly
-    lower, so N^L = 0), ``A^-1 = (I - N)(I + N^2)(I + N^4)...``: ceil(log2 L) batched matmuls.
+    """Inverse of unit lower-triangular matrices, fp32, by blocked forward substitution in
+    recursive form: neighbouring inverted diagonal blocks are merged pairwise,
+    ``[[A11, 0], [A21, A22]]^-1 = [[T11, 0], [-T22 A21 T11, T22]]``, from the 1x1 blocks (exactly
+    1) up to the whole chunk: log2(L) levels of two batched matmuls each.
 
-    Used instead of a triangular-solve custom call: it is matmul-only (MXU-friendly, partitions
-    trivially over batch axes) and avoids the LAPACK call that stalls under 8 fake CPU devices.
-    The VJP is the closed form ``dA = -A^-T dY A^-T`` (two matmuls) instead of backpropagating
-    through the doubling products.
+    Every intermediate is a block of the inverse itself, so nothing grows beyond the result; for
+    the delta rule's systems (unit keys, beta in [0, 1]) the inverse's entries stay O(1) and the
+    error is that of forward substitution (~1e-7 in fp32, measured up to L = 128 with key cosine
+    0.999 and beta = 1). The doubling products ``(I - N)(I + N^2)(I + N^4)...`` used before are
+    exact algebra, but their factors grow combinatorially before they cancel: fp32 lost every digit
+    once keys inside a chunk were correlated and beta near 1 (issue #19).
+
+    Matmul-only: it partitions trivially over batch axes and maps to the MXU / tensor cores; a
+    ``lax.linalg.triangular_solve`` (LAPACK custom call) is as accurate but several times slower
+    on CPU (``benchmarks/bench_gdn.py --trsm``). Solving 16x16 diagonal blocks by row substitution
+    first (FLA's layout) measured no more accurate and no faster on CPU. The VJP is the closed
+    form ``dA = -A^-T dY A^-T``: two matmuls with the (bounded) inverse, as stable as the forward.
     """
-    return _unit_lower_inverse_doubling(a_XLL)
+    return _unit_lower_inverse_recursive(a_XLL)
 
 
 def _unit_lower_inverse_fwd(a_XLL):
-    inv_XLL = _unit_lower_inverse_doubling(a_XLL)
+    inv_XLL = _unit_lower_inverse_recursive(a_XLL)
     return inv_XLL, inv_XLL
 
 
 def _unit_lower_inverse_bwd(inv_XLL, d_XLL):
     inv_t_XLL = jnp.swapaxes(inv_XLL, -1, -2)
-    return (-_bmm(_bmm(inv_t_XLL, d_XLL), inv_t_XLL),)
+    return (-_bmm(_bmm(inv_t_XLL, d_XLL.astype(F32)), inv_t_XLL),)
 
 
 unit_lower_inverse.defvjp(_unit_lower_inverse_fwd, _unit_lower_inverse_bwd)
+
+
+def _masked_exp(x, mask):
+    """``exp(x)`` where ``mask``, else 0. Masked entries are log-decay differences, non-positive
+    in exact arithmetic; the clamp to ``<= 0`` guards against rounding, and unmasked entries never
+    reach ``exp``. ``where(x <= 0, x, 0)`` keeps the gradient 1 at ``x = 0`` (no decay)."""
+    x = jnp.where(mask & (x <= 0), x, 0.0)
+    return jnp.where(mask, jnp.exp(x), 0.0)
 
 
 def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None,
@@ -325,10 +383,19 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
 
     Within a chunk of L tokens with cumulative log-decay c_t, the per-token updates
     ``u = (I + tril(beta k k^T * exp(c_t - c_s), -1))^-1 (beta v - beta exp(c) k S0)`` are
-    solved with a unit-triangular inverse; a ``lax.scan`` over chunks carries the state
-    ``S <- exp(c_L) S0 + sum_s exp(c_L - c_s) k_s u_s^T``. Segment starts cut every term that
-    would cross a boundary (intra-chunk pairs, the incoming state, the outgoing state), which is
-    the same as resetting the state to zero there. Returns ``(o_BTNE, final state fp32)``.
+    solved with ``unit_lower_inverse`` (blocked forward substitution); a ``lax.scan`` over chunks
+    carries the state ``S <- exp(c_L) S0 + sum_s exp(c_L - c_s) k_s u_s^T``. Segment starts cut
+    every term that would cross a boundary (intra-chunk pairs, the incoming state, the outgoing
+    state), which is the same as resetting the state to zero there. Returns
+    ``(o_BTNE in q's dtype, final state fp32)``.
+
+    Numerics: everything inside is fp32 at full matmul precision whatever the input dtype; every
+    exponential is of a masked, non-positive log-decay difference (``_masked_exp``), and ``g`` is
+    clamped to ``[G_FLOOR, 0]``. The one error the recurrence does not have: ``c_t - c_s`` is a
+    difference of in-chunk cumulative sums, so it carries about ``(t - s) * ulp(|c_t|)`` of
+    rounding; it matters only when large decays early in a chunk (|c| in the hundreds) are
+    followed by near-1 decays, and shrinks with the chunk size (docs/model.md, "Gated DeltaNet
+    numerics").
 
     Layout: inputs are moved once to chunk-major, head-major ``[M, B, H, (G,) L, X]`` (H = key
     heads, G = value heads per key head), so the per-chunk einsums need no transposes and the scan
@@ -356,7 +423,7 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
 
     q_MBHLA, k_MBHLA = to_chunks(q, 1), to_chunks(k, 1)
     v_MBHGLE = to_chunks(v_BTNE.astype(F32).reshape(B, T, Hk, G, E), 1)
-    g_MBHGL = to_chunks(g_BTN.astype(F32).reshape(B, T, Hk, G), 0)
+    g_MBHGL = to_chunks(_log_decay(g_BTN).reshape(B, T, Hk, G), 0)
     beta_MBHGL = to_chunks(beta_BTN.astype(F32).reshape(B, T, Hk, G), 0)
     starts = jnp.zeros((B, T), bool) if seg_start_BT is None else seg_start_BT
     if state_BNAE is None:  # token 0 "starts" with a zero state either way
@@ -367,32 +434,31 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
 
     tril_LL = jnp.tril(jnp.ones((L, L), bool))
     pair_MBLL = tril_LL & (r_MBL[..., :, None] == r_MBL[..., None, :])
-    diff_MBHGLL = c_MBHGL[..., :, None] - c_MBHGL[..., None, :]
-    decay_MBHGLL = jnp.where(bc(pair_MBLL), jnp.exp(jnp.where(bc(pair_MBLL), diff_MBHGLL, 0.0)), 0.0)
-    kk_MBHLL = jnp.einsum("mbhla,mbhsa->mbhls", k_MBHLA, k_MBHLA)
+    decay_MBHGLL = _masked_exp(c_MBHGL[..., :, None] - c_MBHGL[..., None, :], bc(pair_MBLL))
+    kk_MBHLL = _ein("mbhla,mbhsa->mbhls", k_MBHLA, k_MBHLA)
     strict_LL = jnp.tril(jnp.ones((L, L), bool), -1)
     a_MBHGLL = jnp.where(strict_LL, kk_MBHLL[:, :, :, None] * beta_MBHGL[..., :, None] * decay_MBHGLL, 0.0) \
         + jnp.eye(L, dtype=F32)
-    in_decay_MBHGL = jnp.where(bc(r_MBL == 0), jnp.exp(c_MBHGL), 0.0)
+    in_decay_MBHGL = _masked_exp(c_MBHGL, bc(r_MBL == 0))
     rhs_MBHGLX = jnp.concatenate([
         v_MBHGLE * beta_MBHGL[..., None],
         k_MBHLA[:, :, :, None] * (beta_MBHGL * in_decay_MBHGL)[..., None]], axis=-1)
-    sol_MBHGLX = jnp.einsum("mbhgls,mbhgsx->mbhglx", unit_lower_inverse(a_MBHGLL), rhs_MBHGLX)
+    sol_MBHGLX = _ein("mbhgls,mbhgsx->mbhglx", unit_lower_inverse(a_MBHGLL), rhs_MBHGLX)
     newv_MBHGLE, kcum_MBHGLA = sol_MBHGLX[..., :E], sol_MBHGLX[..., E:]
-    qk_MBHGLL = jnp.einsum("mbhla,mbhsa->mbhls", q_MBHLA, k_MBHLA)[:, :, :, None] * decay_MBHGLL
+    qk_MBHGLL = _ein("mbhla,mbhsa->mbhls", q_MBHLA, k_MBHLA)[:, :, :, None] * decay_MBHGLL
     last_c_MBHG = c_MBHGL[..., -1]
     out_ok_MBL = r_MBL == r_MBL[..., -1:]
-    out_decay_MBHGL = jnp.where(bc(out_ok_MBL), jnp.exp(jnp.where(bc(out_ok_MBL), last_c_MBHG[..., None] - c_MBHGL, 0.0)), 0.0)
-    chunk_decay_MBHG = jnp.where(bc(r_MBL[..., -1] == 0), jnp.exp(last_c_MBHG), 0.0)
+    out_decay_MBHGL = _masked_exp(last_c_MBHG[..., None] - c_MBHGL, bc(out_ok_MBL))
+    chunk_decay_MBHG = _masked_exp(last_c_MBHG, bc(r_MBL[..., -1] == 0))
     S0 = (jnp.zeros((B, Hk, G, A, E), F32) if state_BNAE is None
           else state_BNAE.astype(F32).reshape(B, Hk, G, A, E))
 
     def step(S_BHGAE, inp):
         newv, kcum, qk, q, k, in_dec, out_dec, cdec = inp
-        u_BHGLE = newv - jnp.einsum("bhgla,bhgae->bhgle", kcum, S_BHGAE)
-        o_BHGLE = (jnp.einsum("bhla,bhgae->bhgle", q, S_BHGAE) * in_dec[..., None]
-                   + jnp.einsum("bhgls,bhgse->bhgle", qk, u_BHGLE))
-        S_BHGAE = S_BHGAE * cdec[..., None, None] + jnp.einsum("bhla,bhgle->bhgae", k, u_BHGLE * out_dec[..., None])
+        u_BHGLE = newv - _ein("bhgla,bhgae->bhgle", kcum, S_BHGAE)
+        o_BHGLE = (_ein("bhla,bhgae->bhgle", q, S_BHGAE) * in_dec[..., None]
+                   + _ein("bhgls,bhgse->bhgle", qk, u_BHGLE))
+        S_BHGAE = S_BHGAE * cdec[..., None, None] + _ein("bhla,bhgle->bhgae", k, u_BHGLE * out_dec[..., None])
         return S_BHGAE, o_BHGLE
 
     xs = (newv_MBHGLE, kcum_MBHGLA, qk_MBHGLL, q_MBHLA, k_MBHLA, in_decay_MBHGL, out_decay_MBHGL, chunk_decay_MBHG)

@@ -149,15 +149,17 @@ class GatedDeltaNet(nnx.Module):
         conv_state = rec_state = None
         if cache is not None:
             conv_L, state_L, slot = cache
+            if state_L.dtype != jnp.float32:  # a bf16 state would re-quantise the memory every token
+                raise ValueError(f"Qwen3_5Cache.state_LBNAE is {state_L.dtype}; the Gated DeltaNet recurrent "
+                                 "state must be float32 whatever the compute dtype (build caches with "
+                                 "qwen3_5.init_cache)")
             conv_state, rec_state = conv_L[slot], state_L[slot]
         y_BTC = K.causal_conv1d(qkv_BTC, w_CW, seg_start_BT=ctx.seg_start_BT, state_BCW=conv_state)
         kd = cfg.linear_key_dim
         q_BTKA = y_BTC[..., :kd].reshape(B, T, Kh, A)
         k_BTKA = y_BTC[..., kd:2 * kd].reshape(B, T, Kh, A)
         v_BTNE = y_BTC[..., 2 * kd:].reshape(B, T, N, E)
-        beta_BTN = jax.nn.sigmoid(b_BTN.astype(jnp.float32))
-        g_BTN = -jnp.exp(self.A_log[...].astype(jnp.float32)) * jax.nn.softplus(
-            a_BTN.astype(jnp.float32) + self.dt_bias[...].astype(jnp.float32))
+        beta_BTN, g_BTN = K.gdn_gates(b_BTN, a_BTN, self.A_log[...], self.dt_bias[...])
         if ctx.valid_BT is not None:  # right-padding of a ragged extend: leave the state alone
             beta_BTN = jnp.where(ctx.valid_BT[..., None], beta_BTN, 0.0)
             g_BTN = jnp.where(ctx.valid_BT[..., None], g_BTN, 0.0)
