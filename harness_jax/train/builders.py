@@ -153,8 +153,10 @@ def sft_config(config, num_examples: int, row_multiple: int):
 def split_kwargs(config, n: Optional[int] = None, seed_offset: int = 0) -> dict:
     """``registry.load_split`` arguments from ``config.env`` and the selected family's section
     (``n`` replaces ``env.num_tasks``; ``seed_offset`` shifts the generator seed)."""
+    from harness_jax.envs import registry
+
     e = config.env
-    kw = config_schema.env_section(e.name).split_kwargs(e)
+    kw = registry.config_section(e.name).split_kwargs(e)
     if n is not None and "n" in kw:
         kw["n"] = int(n)
     if seed_offset and "seed" in kw:
@@ -175,5 +177,5 @@ def env_factory(config):
     from harness_jax.envs import registry
 
     name = config.env.name
-    kw = {k: v for k, v in config_schema.env_section(name).env_kwargs(config.env).items() if v is not None}
+    kw = {k: v for k, v in registry.config_section(name).env_kwargs(config.env).items() if v is not None}
     return lambda: registry.make(name, **kw)
