@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Optional, Sequence
 
 from harness_jax import config_schema, sharding
@@ -88,7 +89,7 @@ def find_problems(config, *, num_devices: Optional[int] = None, check_paths: boo
     _check_model(config, bad, check_paths)
     _check_mesh(config, bad, num_devices)
     _check_rollout(config, bad)
-    _check_env(config, bad, allow_test_split)
+    _check_env(config, bad, allow_test_split, check_paths)
     _check_harness(config, bad, check_paths)
     _check_rl(config, bad)
     _check_opt(config, bad)
@@ -245,7 +246,7 @@ def _check_rollout(config, bad):
     _one_of(bad, "rollout.cache_dtype", r.cache_dtype, DTYPES)
 
 
-def _check_env(config, bad, allow_test_split):
+def _check_env(config, bad, allow_test_split, check_paths=True):
     e = config.env
     try:
         from harness_jax.envs import registry
@@ -278,6 +279,32 @@ def _check_env(config, bad, allow_test_split):
     _int_at_least(bad, "env.max_turns", e.max_turns, 0, "set --config.env.max_turns >= 1 (0 = the harness's own limit)")
     if section is not None:
         _check_env_section(e.name, e[e.name], section, bad)
+    if "taskset" in e:
+        _check_taskset(e, bad, check_paths)
+
+
+def _check_taskset(e, bad, check_paths):
+    """``env.taskset``: a built TFDS task set of the selected family (launch/build_tasksets.py)."""
+    ts = e.taskset
+    if ts.version and not re.fullmatch(r"\d+\.\d+\.\d+", ts.version):
+        bad("env.taskset.version", ts.version, "not a dataset version", "use 'X.Y.Z' (e.g. '1.0.0') or '' for the newest")
+        return
+    if not ts.data_dir:
+        return
+    if not ts.config:
+        bad("env.taskset.config", ts.config, "empty", "name the builder config, e.g. 'n20000-seed0-test.n500'")
+    elif check_paths:
+        from harness_jax.data import tasksets
+        try:
+            directory = tasksets.dataset_dir(ts.data_dir, e.name, ts.config, ts.version or None)
+        except FileNotFoundError as exc:
+            bad("env.taskset.data_dir", ts.data_dir, str(exc).split(";")[0],
+                f"build it: python launch/build_tasksets.py --family={e.name} --data_dir={ts.data_dir} "
+                "(or set --config.env.taskset.data_dir='' to generate tasks)")
+            return
+        if not os.path.exists(os.path.join(directory, "dataset_info.json")):
+            bad("env.taskset.version", ts.version, f"no built task set at {directory}",
+                "give a built version, or '' for the newest")
 
 
 def _check_env_section(name, values, section, bad):

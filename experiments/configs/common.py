@@ -74,6 +74,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.num_tasks = 256                 # generated tasks per split (file-backed data: at most this many evaluation tasks)
     c.env.task_seed = 0                   # seed of the task generator (each split draws its own stream from it)
     c.env.max_turns = 6                   # per-episode turn limit (overrides the harness's when > 0)
+    c.env.taskset = ml_collections.ConfigDict()
+    c.env.taskset.data_dir = ""           # built TFDS task sets (launch/build_tasksets.py --data_dir); "" = tasks from the env registry
+    c.env.taskset.config = "default"      # builder config of the task set (its directory under <data_dir>/<env.name>_tasks/, e.g. n20000-seed0-test.n500)
+    c.env.taskset.version = ""            # dataset version "X.Y.Z" ("" = the newest built)
     for name, section in sorted(registry.config_sections().items()):
         c.env[name] = section.section()   # typed constructor / split options of each env family
 
