@@ -343,3 +343,12 @@ def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
 
     unread = sorted(set(_leaves(common.base_config())) - log)
     assert not unread, f"fields no code reads: {unread}"
+
+
+def test_sweep_preset_expands_through_the_launchers_flag_parser(tmp_path):
+    """tiny_cpu_sweep's named sweeps resolve to valid runs of the schema (nothing is run)."""
+    from harness_jax.sweeps import runner
+
+    sw = runner.prepare(os.path.join(ROOT, "experiments", "configs", "tiny_cpu_sweep.py"), "seeds_x_lr",
+                        str(tmp_path / "sweep"), repo_root=ROOT)
+    assert [r.name for r in sw.runs] == [f"seed={s},lr={lr}" for s in (0, 1, 2) for lr in (0.0002, 0.001)]
