@@ -2,17 +2,20 @@
 
 * **Environment sections.** Each environment family owns one typed section of the experiment
   config, ``config.env.<family>`` (its constructor and task-split options, one comment per field),
-  registered here by name with the functions that turn it into ``registry.make`` and
-  ``registry.load_split`` arguments. ``experiments/configs/common.base_config()`` adds every
-  registered section, so ``--config.env.dbbench.engine=mariadb`` works for any preset. A new family
-  registers its own section when its package is imported::
+  described by an ``EnvSection`` that the family passes to ``registry.EnvSpec(config=...)`` when it
+  registers itself (``harness_jax/envs/registry.py``), next to its code::
 
-      from harness_jax import config_schema
-      config_schema.register_env_section(config_schema.EnvSection(
-          name="webshop", section=_section, env_kwargs=_env_kwargs, split_kwargs=_split_kwargs))
+      SECTION = config_schema.EnvSection(section=_section, env_kwargs=_env_kwargs,
+                                         split_kwargs=_split_kwargs,
+                                         choices={"partition": ("hash", "agentbench")})
 
   ``env_kwargs(env)`` / ``split_kwargs(env)`` receive the whole ``config.env`` (so they can read the
-  shared fields ``protocol``, ``num_tasks``, ``task_seed`` and their own ``env.<family>``).
+  shared fields ``protocol``, ``num_tasks``, ``task_seed`` and their own ``env.<family>``) and return
+  ``registry.make`` / ``registry.load_split`` keyword arguments. ``choices`` and ``at_least`` are
+  facts about the section's fields that ``harness_jax.config_validation`` (the one place configs
+  are validated) checks for the selected family. ``experiments/configs/common.base_config()`` adds
+  the section of every registered family, so ``--config.env.dbbench.engine=mariadb`` works for any
+  preset; there is no central list to edit for a new family.
 * **Model config.** ``model_config(config.model)``: the Qwen3.5 config of a run (HF config.json or a
   named preset, then the typed ``model.arch`` fields, then the runtime knobs), shared by config
   validation and the builders.
@@ -23,7 +26,7 @@ families included) can import it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import ml_collections
 from ml_collections import config_dict
@@ -34,104 +37,28 @@ from ml_collections import config_dict
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class EnvSection:
-    name: str                                         # the env registry name (config.env.name)
+    """The typed ``config.env.<family>`` section of one environment family."""
+
     section: Callable[[], ml_collections.ConfigDict]  # the typed section, defaults = the family's
     env_kwargs: Callable[[Any], dict]                 # config.env -> registry.make(name, **kw)
     split_kwargs: Callable[[Any], dict]               # config.env -> registry.load_split(name, split, **kw)
+    choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)   # field -> allowed values
+    at_least: Mapping[str, float] = dataclasses.field(default_factory=dict)  # field -> smallest allowed value
+
+    def __post_init__(self):
+        for field in ("section", "env_kwargs", "split_kwargs"):
+            if not callable(getattr(self, field)):
+                raise TypeError(f"EnvSection.{field} must be callable")
+        fields = set(self.section().keys())
+        unknown = sorted((set(self.choices) | set(self.at_least)) - fields)
+        if unknown:
+            raise ValueError(f"EnvSection: choices/at_least name field(s) {unknown} that the "
+                             f"section does not have ({sorted(fields)})")
 
 
-_ENV_SECTIONS: dict[str, EnvSection] = {}
-
-
-def register_env_section(section: EnvSection) -> None:
-    """Adds (or replaces) the typed config section of one environment family."""
-    _ENV_SECTIONS[section.name] = section
-
-
-def env_sections() -> dict[str, EnvSection]:
-    return dict(_ENV_SECTIONS)
-
-
-def env_section(name: str) -> EnvSection:
-    if name not in _ENV_SECTIONS:
-        raise KeyError(f"environment {name!r} has no config section; registered: {sorted(_ENV_SECTIONS)}")
-    return _ENV_SECTIONS[name]
-
-
-def _or_none(v):
+def or_none(v):
     """'' / () / 0 in a typed field mean "the family's default" (None)."""
     return None if v in ("", (), 0, None) else v
-
-
-def _dbbench_section() -> ml_collections.ConfigDict:
-    s = ml_collections.ConfigDict()
-    s.engine = "sqlite"               # SQL engine: "sqlite" (in-process) | "mariadb" (faithful MySQL, scripts/mariadb.sh)
-    s.max_rounds = 15                 # the environment's own round limit (AgentBench: 15)
-    s.answer_check = "strict"         # "strict" AgentBench answer matching | "lenient"
-    s.strict_format = False           # text protocol: an unparsable reply ends the episode (AgentBench) instead of a hint
-    s.statement_timeout_s = 5.0       # per-SQL-statement time limit (seconds)
-    s.mariadb_socket = ""             # engine=mariadb: server socket ("" = $HARNESS_JAX_MARIADB_SOCKET or scripts/mariadb.sh's)
-    s.tasks_path = ""                 # AgentBench DBBench jsonl, split by content hash ("" = the task generator)
-    s.categories = ()                 # generator question categories (() = all)
-    return s
-
-
-def _dbbench_env_kwargs(env) -> dict:
-    s = env.dbbench
-    kw = dict(protocol=env.protocol, engine=s.engine, max_rounds=int(s.max_rounds), answer_check=s.answer_check,
-              strict_format=bool(s.strict_format), statement_timeout_s=float(s.statement_timeout_s))
-    socket = s.mariadb_socket
-    if s.engine in ("mariadb", "mysql") and socket:
-        kw["socket"] = socket
-    return kw
-
-
-def _dbbench_split_kwargs(env) -> dict:
-    s = env.dbbench
-    return dict(n=int(env.num_tasks), seed=int(env.task_seed), path=_or_none(s.tasks_path),
-                categories=_or_none(tuple(s.categories)))
-
-
-def _alfworld_section() -> ml_collections.ConfigDict:
-    s = ml_collections.ConfigDict()
-    s.max_steps = 0                   # the environment's own step limit (0 = the family default)
-    s.data_dir = ""                   # real ALFWorld games (train / valid_seen / valid_unseen dirs; "" = generated games)
-    s.task_types = ()                 # generated task types (() = all six)
-    s.cache_dir = ""                  # cache of generated games as JSON ("" = no cache)
-    return s
-
-
-def _alfworld_env_kwargs(env) -> dict:
-    s = env.alfworld
-    return dict(protocol=env.protocol, max_steps=_or_none(int(s.max_steps)), data_dir=_or_none(s.data_dir))
-
-
-def _alfworld_split_kwargs(env) -> dict:
-    s = env.alfworld
-    return dict(n=int(env.num_tasks), seed=int(env.task_seed), data_dir=_or_none(s.data_dir),
-                task_types=_or_none(tuple(s.task_types)), cache_dir=_or_none(s.cache_dir))
-
-
-def _textworld_section() -> ml_collections.ConfigDict:
-    s = ml_collections.ConfigDict()
-    s.max_steps = 0                   # the environment's own step limit (0 = the family default)
-    s.cache_dir = ""                  # compiled games ("" = $HARNESS_JAX_TEXTWORLD_CACHE or ~/.cache/harness_jax/textworld)
-    return s
-
-
-def _textworld_env_kwargs(env) -> dict:
-    s = env.textworld
-    return dict(protocol=env.protocol, max_steps=_or_none(int(s.max_steps)), cache_dir=_or_none(s.cache_dir))
-
-
-def _textworld_split_kwargs(env) -> dict:
-    return dict(n=int(env.num_tasks), seed=int(env.task_seed))
-
-
-for _s in (EnvSection("dbbench", _dbbench_section, _dbbench_env_kwargs, _dbbench_split_kwargs),
-           EnvSection("alfworld", _alfworld_section, _alfworld_env_kwargs, _alfworld_split_kwargs),
-           EnvSection("textworld", _textworld_section, _textworld_env_kwargs, _textworld_split_kwargs)):
-    register_env_section(_s)
 
 
 # ---------------------------------------------------------------------------------------------

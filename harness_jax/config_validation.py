@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Optional, Sequence
 
 from harness_jax import config_schema, sharding
@@ -88,7 +89,7 @@ def find_problems(config, *, num_devices: Optional[int] = None, check_paths: boo
     _check_model(config, bad, check_paths)
     _check_mesh(config, bad, num_devices)
     _check_rollout(config, bad)
-    _check_env(config, bad, allow_test_split)
+    _check_env(config, bad, allow_test_split, check_paths)
     _check_harness(config, bad, check_paths)
     _check_rl(config, bad)
     _check_opt(config, bad)
@@ -245,7 +246,7 @@ def _check_rollout(config, bad):
     _one_of(bad, "rollout.cache_dtype", r.cache_dtype, DTYPES)
 
 
-def _check_env(config, bad, allow_test_split):
+def _check_env(config, bad, allow_test_split, check_paths=True):
     e = config.env
     try:
         from harness_jax.envs import registry
@@ -254,14 +255,17 @@ def _check_env(config, bad, allow_test_split):
         bad("env.name", e.name, f"the environment registry cannot be imported ({exc})",
             "fix the harness_jax.envs installation")
         names = None
+    section = None
     if names is not None and e.name not in names:
         bad("env.name", e.name, "unknown environment", f"use one of {', '.join(sorted(names))}")
-    elif e.name not in config_schema.env_sections():
+    elif names is not None and registry.spec(e.name).config is None:
         bad("env.name", e.name, "this environment family registers no config section",
-            "register one with harness_jax.config_schema.register_env_section")
+            "pass config=harness_jax.config_schema.EnvSection(...) to its registry.EnvSpec")
     elif e.name not in e:
         bad(f"env.{e.name}", None, "the section of the selected environment is missing",
             "start the config from experiments.configs.common.base_config()")
+    elif names is not None:
+        section = registry.spec(e.name).config
     if e.train_split == "test" or (e.eval_split == "test" and not allow_test_split):
         path = "env.train_split" if e.train_split == "test" else "env.eval_split"
         bad(path, "test", "the test split is sealed: training and evolution never read it",
@@ -273,10 +277,50 @@ def _check_env(config, bad, allow_test_split):
     _int_at_least(bad, "env.num_tasks", e.num_tasks, 1)
     _int_at_least(bad, "env.task_seed", e.task_seed, 0)
     _int_at_least(bad, "env.max_turns", e.max_turns, 0, "set --config.env.max_turns >= 1 (0 = the harness's own limit)")
-    if e.name == "dbbench" and "dbbench" in e:
-        _one_of(bad, "env.dbbench.engine", e.dbbench.engine, ("sqlite", "mariadb", "mysql"))
-        _one_of(bad, "env.dbbench.answer_check", e.dbbench.answer_check, ("strict", "lenient"))
-        _int_at_least(bad, "env.dbbench.max_rounds", e.dbbench.max_rounds, 1)
+    if section is not None:
+        _check_env_section(e.name, e[e.name], section, bad)
+    if "taskset" in e:
+        _check_taskset(e, bad, check_paths)
+
+
+def _check_taskset(e, bad, check_paths):
+    """``env.taskset``: a built TFDS task set of the selected family (launch/build_tasksets.py)."""
+    ts = e.taskset
+    if ts.version and not re.fullmatch(r"\d+\.\d+\.\d+", ts.version):
+        bad("env.taskset.version", ts.version, "not a dataset version", "use 'X.Y.Z' (e.g. '1.0.0') or '' for the newest")
+        return
+    if not ts.data_dir:
+        return
+    if not ts.config:
+        bad("env.taskset.config", ts.config, "empty", "name the builder config, e.g. 'n20000-seed0-test.n500'")
+    elif check_paths:
+        from harness_jax.data import tasksets
+        try:
+            directory = tasksets.dataset_dir(ts.data_dir, e.name, ts.config, ts.version or None)
+        except FileNotFoundError as exc:
+            bad("env.taskset.data_dir", ts.data_dir, str(exc).split(";")[0],
+                f"build it: python launch/build_tasksets.py --family={e.name} --data_dir={ts.data_dir} "
+                "(or set --config.env.taskset.data_dir='' to generate tasks)")
+            return
+        if not os.path.exists(os.path.join(directory, "dataset_info.json")):
+            bad("env.taskset.version", ts.version, f"no built task set at {directory}",
+                "give a built version, or '' for the newest")
+
+
+def _check_env_section(name, values, section, bad):
+    """The selected family's section: the fields of its typed default, the allowed values and
+    lower bounds its ``EnvSection`` declares (``choices``, ``at_least``)."""
+    known = set(section.section().keys())
+    for k in sorted(set(values.keys()) - known):
+        bad(f"env.{name}.{k}", values[k], "not a field of this family's section",
+            f"use one of {', '.join(sorted(known))}")
+    for k, allowed in section.choices.items():
+        _one_of(bad, f"env.{name}.{k}", values[k], tuple(allowed))
+    for k, low in section.at_least.items():
+        v = values[k]
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= low):
+            bad(f"env.{name}.{k}", v, f"must be a number >= {low}",
+                f"set --config.env.{name}.{k} to a value >= {low}")
 
 
 def _check_harness(config, bad, check_paths):

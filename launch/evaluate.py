@@ -37,12 +37,11 @@ def main(argv):
 
     config = _CONFIG.value
     n = _NUM_TASKS.value or config.eval.num_tasks
-    kw = builders.split_kwargs(config, n)
     if _SPLIT.value == "test":   # the sealed split is opened here, by the entry point, only
         with registry.sealed_test_access(f"launch/evaluate.py checkpoint={_CKPT.value or 'config'}"):
-            tasks = registry.load_split(config.env.name, "test", **kw)[:n]
+            tasks = builders.load_tasks(config, "test", n)   # a list: made inside the seal
     else:
-        tasks = registry.load_split(config.env.name, _SPLIT.value, **kw)[:n]
+        tasks = builders.load_tasks(config, _SPLIT.value, n)
     res = evaluation.evaluate_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value,
                                    split=_SPLIT.value, harness=_HARNESS.value, k=_K.value,
                                    out=_OUT.value)

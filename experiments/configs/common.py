@@ -6,8 +6,9 @@ checks any preset and command-line overrides (``--config.rl.group_size=8``) only
 exist (the launchers lock the dict). Every field is read by the code
 (``tests/experiments/test_configs.py`` proves it). Values here are the tiny CPU defaults.
 
-Environment families each own a typed section ``env.<family>`` (registered in
-``harness_jax.config_schema``); ``env.name`` selects which one is used.
+Environment families each own a typed section ``env.<family>``, defined next to the family and
+registered with it (``registry.EnvSpec.config``, a ``harness_jax.config_schema.EnvSection``);
+``env.name`` selects which one is used.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from harness_jax import config_schema
+from harness_jax.envs import registry
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -72,7 +74,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.env.num_tasks = 256                 # generated tasks per split (file-backed data: at most this many evaluation tasks)
     c.env.task_seed = 0                   # seed of the task generator (each split draws its own stream from it)
     c.env.max_turns = 6                   # per-episode turn limit (overrides the harness's when > 0)
-    for name, section in sorted(config_schema.env_sections().items()):
+    c.env.taskset = ml_collections.ConfigDict()
+    c.env.taskset.data_dir = ""           # built TFDS task sets (launch/build_tasksets.py --data_dir); "" = tasks from the env registry
+    c.env.taskset.config = "default"      # builder config of the task set (its directory under <data_dir>/<env.name>_tasks/, e.g. n20000-seed0-test.n500)
+    c.env.taskset.version = ""            # dataset version "X.Y.Z" ("" = the newest built)
+    for name, section in sorted(registry.config_sections().items()):
         c.env[name] = section.section()   # typed constructor / split options of each env family
 
     # ---------------------------------------------------------------- harness

@@ -3,7 +3,7 @@
 The DBBench GPU preset (``gpu8_qwen35_4b_dbbench``: learner on GPUs 0-3, four SGLang servers on
 GPUs 4-7, same model, mesh and memory arithmetic) with the environment swapped for AppWorld on
 its real runtime: generated tasks (``harness_jax.envs.appworld.generate_tasks``; or a real data
-bundle with ``--config.env.split_kwargs.data_dir=/path/to/data``), the function protocol
+bundle with ``--config.env.appworld.data_dir=/path/to/data``), the function protocol
 (``execute_python`` code cells), AppWorld's ReAct-style H0, 40 cells per episode. Rollout
 concurrency is bounded by the AppWorld service's workers (one process per live episode).
 
@@ -32,8 +32,11 @@ def get_config():
     c = gpu8_qwen35_4b_dbbench.get_config()
     c.name = "gpu8_qwen35_4b_appworld"
     c.env.name = "appworld"               # harness_jax.envs.appworld on AppWorld's own runtime
-    c.env.kwargs = dict(protocol="function", max_interactions=40, timeout_seconds=30)  # code cells as tool calls; AppWorld's budget and per-cell limit
-    c.env.split_kwargs = dict(n=1200, seed=0)  # generated tasks per split (400 scenarios x 3 variants; built once, cached)
+    c.env.protocol = "function"           # code cells as execute_python tool calls
+    c.env.appworld.max_interactions = 40  # AppWorld's cell budget per episode
+    c.env.appworld.timeout_seconds = 30   # per-cell limit (whole seconds)
+    c.env.num_tasks = 1200                # generated tasks per split (400 scenarios x 3 variants; built once, cached)
+    c.env.task_seed = 0                   # generator stream
     c.env.max_turns = 40                  # one cell per turn
     c.rollout.max_new_tokens = 1024       # reasoning + one code cell per turn
     c.rollout.max_len = 32768             # the ReAct prompt + 40 cells with their outputs

@@ -12,9 +12,19 @@ round. A family's package (``harness_jax/envs/<family>/__init__.py``) ends with:
         name="webshop",                      # the name users pass to make/load_split
         make=WebShopEnv,                     # (**kw) -> Env: one environment per episode
         load_split=load_split,               # (split, **kw) -> list[Task] marked with `split`
-        description="WebShop on the real search engine; goals partitioned by hash"))
+        description="WebShop on the real search engine; goals partitioned by hash",
+        config=SECTION,                      # config_schema.EnvSection: the typed config.env.webshop
+        h0=protocol.h0))                     # (protocol) -> base harness H0 as a spec dict
 
 and keeps that import cheap (heavy runtimes are imported inside ``make``/``load_split``).
+
+``config`` is the family's typed experiment-config section (``harness_jax.config_schema``):
+``experiments/configs/common.base_config()`` adds ``config.env.<name>`` for every registered
+family and the builders turn it into ``make``/``load_split`` arguments. ``h0(protocol)`` returns the
+benchmark's published base harness as a dict in the JSON format of harness spec files
+(``HarnessSpec.to_dict``; nested ``rules``/``observation`` as dicts), so envs never import
+``harness_jax.harness``; ``harness.presets.base_harness`` builds the ``HarnessSpec`` from it (a
+family without ``h0`` gets a neutral H0: the first observation is the task).
 ``make``/``load_split``/``spec``/``names`` find a family that is not registered yet by
 importing ``harness_jax.envs.<name>`` and then, if needed, every module of ``harness_jax.envs``
 (a family whose import fails is reported with its error when its name is asked for). Families
@@ -33,13 +43,15 @@ import os
 import pkgutil
 from typing import Any, Callable, Optional
 
+from harness_jax.config_schema import EnvSection
 from harness_jax.envs.base import Env
 from harness_jax.envs.splits import (DEFAULT_FRACTIONS, SPLITS, SealedSplitError,
                                      assert_no_test_tasks, check_split, check_test_access,
                                      current_test_access, hash_partition, partition_tasks,
                                      sealed_test_access, split_seed, training_scope)
 
-__all__ = ["EnvSpec", "register", "make", "load_split", "spec", "names", "SPLITS",
+__all__ = ["EnvSpec", "register", "make", "load_split", "spec", "names", "config_section",
+           "config_sections", "SPLITS",
            "DEFAULT_FRACTIONS", "SealedSplitError", "assert_no_test_tasks", "check_split",
            "check_test_access", "current_test_access", "hash_partition", "partition_tasks",
            "sealed_test_access", "split_seed", "training_scope"]
@@ -50,13 +62,17 @@ class EnvSpec:
     """One environment family.
 
     ``make(**kw) -> Env`` builds one environment (one episode at a time); ``load_split(split,
-    **kw) -> list[Task]`` returns the tasks of ``split``, each marked with it.
+    **kw) -> list[Task]`` returns the tasks of ``split``, each marked with it; ``config`` is the
+    typed ``config.env.<name>`` section; ``h0(protocol) -> dict`` the base harness's spec fields
+    (module docstring).
     """
 
     name: str
     make: Callable[..., Env]
     load_split: Callable[..., list]
     description: str = ""
+    config: Optional[EnvSection] = None
+    h0: Optional[Callable[[str], dict]] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -65,6 +81,11 @@ class EnvSpec:
         for field in ("make", "load_split"):
             if not callable(getattr(self, field)):
                 raise TypeError(f"EnvSpec.{field} of {self.name!r} must be callable")
+        if self.config is not None and not isinstance(self.config, EnvSection):
+            raise TypeError(f"EnvSpec.config of {self.name!r} must be a "
+                            f"harness_jax.config_schema.EnvSection, got {type(self.config).__name__}")
+        if self.h0 is not None and not callable(self.h0):
+            raise TypeError(f"EnvSpec.h0 of {self.name!r} must be callable: (protocol) -> dict")
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -126,6 +147,20 @@ def spec(name: str) -> EnvSpec:
         raise KeyError(f"unknown environment {name!r}; registered: {sorted(_REGISTRY)}"
                        + (f"; families that failed to import:{broken}" if broken else ""))
     return _REGISTRY[name]
+
+
+def config_section(name: str) -> EnvSection:
+    """The typed config section of family ``name`` (KeyError naming the fix if it has none)."""
+    s = spec(name)
+    if s.config is None:
+        raise KeyError(f"environment {name!r} registers no config section: pass "
+                       "config=harness_jax.config_schema.EnvSection(...) to its registry.EnvSpec")
+    return s.config
+
+
+def config_sections() -> dict[str, EnvSection]:
+    """``{name: EnvSection}`` of every registered family that has a config section."""
+    return {n: _REGISTRY[n].config for n in names() if _REGISTRY[n].config is not None}
 
 
 def make(name: str, **kw: Any) -> Env:

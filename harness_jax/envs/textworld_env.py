@@ -20,6 +20,9 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
+import ml_collections
+
+from harness_jax.config_schema import EnvSection, or_none
 from harness_jax.envs import registry, splits
 from harness_jax.envs.base import InfraError, Task, content_hash
 from harness_jax.envs.textgame import GameObs, TextGameEnv
@@ -169,6 +172,25 @@ def load_split(split: str, n: int = 6, seed: int = 0,
     return out
 
 
+def _section() -> ml_collections.ConfigDict:
+    """The typed ``config.env.textworld`` section."""
+    s = ml_collections.ConfigDict()
+    s.max_steps = 0                   # the environment's own step limit (0 = the family default)
+    s.cache_dir = ""                  # compiled games ("" = $HARNESS_JAX_TEXTWORLD_CACHE or ~/.cache/harness_jax/textworld)
+    return s
+
+
+def _env_kwargs(env) -> dict:
+    s = env.textworld
+    return dict(protocol=env.protocol, max_steps=or_none(int(s.max_steps)), cache_dir=or_none(s.cache_dir))
+
+
+def _split_kwargs(env) -> dict:
+    return dict(n=int(env.num_tasks), seed=int(env.task_seed))
+
+
 registry.register(registry.EnvSpec(
     name=ENV_NAME, make=TextWorldEnv, load_split=load_split,
-    description="TextWorld tw-make games (coin collector, cooking, custom quests)"))
+    description="TextWorld tw-make games (coin collector, cooking, custom quests)",
+    config=EnvSection(section=_section, env_kwargs=_env_kwargs, split_kwargs=_split_kwargs,
+                      at_least={"max_steps": 0})))

@@ -41,7 +41,16 @@ def _progress(total: int, desc: str):
 def build_sft_examples(packets, teacher, tokenizer, *, k: int = 1, seed: int = 0,
                        progress=None) -> tuple[list[dict], dict]:
     """Teacher responses for ``packets`` as SFT examples; invalid responses are dropped and
-    counted (a reply without a valid patch teaches nothing). Returns ``(examples, stats)``."""
+    counted (a reply without a valid patch teaches nothing). Returns ``(examples, stats)``.
+    Engineer training data: built inside ``registry.training_scope`` (no test-split task can be
+    made by the teacher or the packets)."""
+    from harness_jax.envs import registry
+
+    with registry.training_scope("harness_r1 sft examples"):
+        return _build_sft_examples(packets, teacher, tokenizer, k, seed, progress)
+
+
+def _build_sft_examples(packets, teacher, tokenizer, k, seed, progress) -> tuple[list[dict], dict]:
     from harness_jax.harness_r1.prompt import normalise_response, sft_example
 
     examples, rejected, reasons = [], 0, {}

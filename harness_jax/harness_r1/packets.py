@@ -424,16 +424,32 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
 
     ``batches``: packet split -> number of batches, e.g. ``{"train": 20, "held_out": 5}``.
     ``env_splits``: packet split -> environment split (default ``PACKET_SPLITS``).
-    Batches without a failure give no packet (counted in the manifest).
+    Batches without a failure give no packet (counted in the manifest). The engineer's training
+    data: it is built inside ``registry.training_scope`` unless a packet split is mapped to the
+    environment's ``test`` split (a final-evaluation set, built inside the caller's
+    ``registry.sealed_test_access``).
     """
+    import contextlib
+
     from harness_jax.envs import registry
 
-    target = as_target(target, tokenizer)
-    env = EnvRef.of(env)
     mapping = dict(PACKET_SPLITS, **(env_splits or {}))
     unknown = sorted(set(batches) - set(PacketDataset.SPLITS))
     if unknown:
         raise ValueError(f"batches: unknown packet split(s) {unknown}; use {PacketDataset.SPLITS}")
+    evaluation = any(mapping[s] == "test" for s in batches)
+    with (contextlib.nullcontext() if evaluation else registry.training_scope("harness_r1 packets")):
+        return _build_packet_dataset(target, env, harness, out_dir, batches, batch_size, budget_tokens,
+                                     n_per_task, seed, cache, tokenizer, config, mapping, split_kwargs,
+                                     progress)
+
+
+def _build_packet_dataset(target, env, harness, out_dir, batches, batch_size, budget_tokens, n_per_task,
+                          seed, cache, tokenizer, config, mapping, split_kwargs, progress) -> PacketDataset:
+    from harness_jax.envs import registry
+
+    target = as_target(target, tokenizer)
+    env = EnvRef.of(env)
     ds = PacketDataset(out_dir)
     manifest = {"format": PACKET_FORMAT, "target": target.identity.to_dict(),
                 "env": env.to_dict(), "harness_id": harness.harness_id,

@@ -259,9 +259,21 @@ def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Ta
            rollout: Rollout, editor: Editor, config: EvolutionConfig,
            evaluate: Optional[Evaluate] = None, diagnoser: Optional[LLMDiagnoser] = None,
            on_generation: Optional[Callable[[dict], None]] = None) -> EvolutionResult:
-    """Evolves children of ``base`` along repair directions (see the module docstring)."""
+    """Evolves children of ``base`` along repair directions (see the module docstring). Runs
+    inside ``registry.training_scope``: nothing it calls (rollouts, editors, callbacks) can make
+    test-split tasks, and test tasks given as inputs are refused."""
+    from harness_jax.envs import registry
+
     if not train_tasks or not val_tasks:
         raise ValueError("evolve needs training tasks (for failures) and validation tasks")
+    registry.assert_no_test_tasks(list(train_tasks) + list(val_tasks), "harness_s.evolve")
+    with registry.training_scope("harness_s.evolve"):
+        return _evolve(base, train_tasks, val_tasks, rollout, editor, config, evaluate, diagnoser,
+                       on_generation)
+
+
+def _evolve(base, train_tasks, val_tasks, rollout, editor, config, evaluate, diagnoser,
+            on_generation) -> EvolutionResult:
     t0 = time.perf_counter()
     ev = _Evolution(base, train_tasks, val_tasks, rollout, evaluate, editor, config, diagnoser)
     ev.run_h0()

@@ -153,8 +153,10 @@ def sft_config(config, num_examples: int, row_multiple: int):
 def split_kwargs(config, n: Optional[int] = None, seed_offset: int = 0) -> dict:
     """``registry.load_split`` arguments from ``config.env`` and the selected family's section
     (``n`` replaces ``env.num_tasks``; ``seed_offset`` shifts the generator seed)."""
+    from harness_jax.envs import registry
+
     e = config.env
-    kw = config_schema.env_section(e.name).split_kwargs(e)
+    kw = registry.config_section(e.name).split_kwargs(e)
     if n is not None and "n" in kw:
         kw["n"] = int(n)
     if seed_offset and "seed" in kw:
@@ -162,12 +164,36 @@ def split_kwargs(config, n: Optional[int] = None, seed_offset: int = 0) -> dict:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def load_tasks(config, split: str, n: Optional[int] = None, seed_offset: int = 0):
-    """Tasks of one (non-test) split through the environment registry (at most ``n``)."""
+def task_source(config, split: str, n: Optional[int] = None):
+    """The tasks of ``split``: the built task set ``config.env.taskset`` read lazily (a random-access
+    ``tasksets.TaskSetSource`` of the whole split, what ``TaskStream`` takes) when
+    ``env.taskset.data_dir`` is set, else ``registry.load_split`` with the family's section (``n``
+    replaces ``env.num_tasks`` there). The test split is sealed either way
+    (open it inside ``registry.sealed_test_access``; a test source makes its tasks on access, so
+    materialise them there, as ``load_tasks`` does)."""
+    ts = config.env.taskset
+    data_dir, name, version = ts.data_dir, ts.config, ts.version
+    if data_dir:
+        from harness_jax.data import tasksets
+
+        return tasksets.open_split(data_dir, config.env.name, split, config=name, version=version or None)
     from harness_jax.envs import registry
 
-    tasks = registry.load_split(config.env.name, split, **split_kwargs(config, n, seed_offset))
-    return tasks[:n] if n is not None else tasks
+    return registry.load_split(config.env.name, split, **split_kwargs(config, n))
+
+
+def load_tasks(config, split: str, n: Optional[int] = None, seed_offset: int = 0) -> list:
+    """The first ``n`` tasks (all when None) of ``split`` as a list: from ``task_source``, or, with
+    ``seed_offset`` (auxiliary draws such as SFT demonstrations, disjoint from the task stream),
+    from the registry's generator with the seed shifted (also when a task set is configured)."""
+    if seed_offset:
+        from harness_jax.envs import registry
+
+        tasks = registry.load_split(config.env.name, split, **split_kwargs(config, n, seed_offset))
+        return tasks[:n] if n is not None else tasks
+    src = task_source(config, split, n)
+    m = len(src) if n is None else min(int(n), len(src))
+    return list(src[:m]) if isinstance(src, list) else [src[i] for i in range(m)]
 
 
 def env_factory(config):
@@ -175,5 +201,5 @@ def env_factory(config):
     from harness_jax.envs import registry
 
     name = config.env.name
-    kw = {k: v for k, v in config_schema.env_section(name).env_kwargs(config.env).items() if v is not None}
+    kw = {k: v for k, v in registry.config_section(name).env_kwargs(config.env).items() if v is not None}
     return lambda: registry.make(name, **kw)

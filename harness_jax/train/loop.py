@@ -54,7 +54,7 @@ class Trainer:
         self.step = 0
         self.sft_done = not config.sft.enabled
         self.history: dict[str, Any] = {"eval": []}
-        self.stream = TaskStream(builders.load_tasks(config, config.env.train_split), seed=config.seed)
+        self.stream = TaskStream(builders.task_source(config, config.env.train_split), seed=config.seed)
         self.eval_tasks = builders.load_tasks(config, config.env.eval_split, n=config.eval.num_tasks)
         self.collector = Collector(config, self.ctx.runner, self.stream,
                                    harness_selector or FixedHarness(self.ctx.harness), post_processors)

@@ -177,3 +177,65 @@ def test_alfworld_generated_task_set(tmp_path):
     ref = registry.load_split("alfworld", "train", n=1, seed=0)
     assert len(src) == 1 and src[0].task_id == ref[0].task_id and src[0].category == ref[0].category
     assert "pddl_problem" in src[0].data and p.endswith("alfworld_tasks/n1-seed0/1.0.0")
+
+
+def _taskset_config(data_dir):
+    from tests.e2e import tiny_e2e_config
+
+    c = tiny_e2e_config.get_config()
+    c.mesh.num_devices = 1
+    c.env.num_tasks = 2                   # the generator's size: ignored, the set has 6 per split
+    c.env.taskset.data_dir = data_dir
+    c.env.taskset.config = CONFIG
+    return c
+
+
+def test_config_taskset_feeds_the_task_builders(built):
+    """``config.env.taskset`` points the task builders (the loop's stream and evaluation tasks,
+    launch/evaluate.py's split) at a built task set instead of generating, is validated with the
+    build command as the fix, and keeps the test split sealed."""
+    from harness_jax import config_validation as cv
+    from harness_jax.train import builders
+
+    data_dir, _ = built
+    c = _taskset_config(data_dir)
+    cv.validate(c, num_devices=1)
+    want = {s: [t.task_id for t in registry.load_split("dbbench", s, **KW)] for s in ("train", "selection")}
+
+    src = builders.task_source(c, "train")
+    assert isinstance(src, tasksets.TaskSetSource) and len(src) == 6
+    assert [t.task_id for t in builders.load_tasks(c, "selection", n=4)] == want["selection"][:4]
+    with pytest.raises(registry.SealedSplitError):
+        builders.load_tasks(c, "test", n=2)
+    with registry.sealed_test_access("test_the_loop_reads_a_configured_task_set"):
+        test_tasks = builders.load_tasks(c, "test", n=5)
+    assert len(test_tasks) == 3 and {t.split for t in test_tasks} == {"test"}
+
+    c.env.taskset.version = "1.0"
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    assert "X.Y.Z" in {p.path: p for p in ei.value.problems}["env.taskset.version"].fix
+    c.env.taskset.version = ""
+    c.env.taskset.config = "n999"
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    assert "build_tasksets.py --family=dbbench" in {p.path: p for p in ei.value.problems}["env.taskset.data_dir"].fix
+
+
+@pytest.mark.slow
+def test_the_training_loop_streams_the_configured_task_set(built, tmp_path):
+    """The real ``Trainer`` (model, engine, executor) streams the task set's train split in
+    ``TaskStream`` order and evaluates on its selection split."""
+    from harness_jax.train import loop
+
+    data_dir, _ = built
+    c = _taskset_config(data_dir)
+    trainer = loop.Trainer(c, str(tmp_path / "run"))
+    try:
+        assert len(trainer.stream) == 6
+        assert [t.task_id for t in trainer.stream.take(6)] == \
+            [t.task_id for t in TaskStream(registry.load_split("dbbench", "train", **KW), seed=c.seed).take(6)]
+        assert [t.task_id for t in trainer.eval_tasks] == \
+            [t.task_id for t in registry.load_split("dbbench", "selection", **KW)][:c.eval.num_tasks]
+    finally:
+        trainer.close()

@@ -175,6 +175,7 @@ def test_gpu_preset_validates_and_builds_its_env():
     doc = preset.__doc__
     assert "launch/train.py" in doc and "experiments/configs/gpu8_qwen35_4b_appworld.py" in doc
     assert "Expected result" in doc and "Memory arithmetic" in doc
-    env = registry.make(c.env.name, **dict(c.env.kwargs))
+    from harness_jax.train import builders
+    env = builders.env_factory(c)()
     assert env.protocol == "function" and env.max_interactions == c.env.max_turns
     assert base_harness(c.env.name, env.protocol).system_prompt == proto.FUNCTION_INSTRUCTION

@@ -9,12 +9,14 @@ import sys
 import pytest
 from ml_collections import ConfigDict
 
-from experiments.configs import common, gpu8_qwen35_4b_dbbench, tiny_cpu, tpu_qwen35_9b
+from experiments.configs import (common, gpu8_qwen35_4b_appworld, gpu8_qwen35_4b_dbbench, tiny_cpu,
+                                 tpu_qwen35_9b)
 from harness_jax import config_schema, sharding
 from harness_jax import config_validation as cv
+from harness_jax.envs import registry
 
 PRESETS = {"tiny_cpu": tiny_cpu, "gpu8_qwen35_4b_dbbench": gpu8_qwen35_4b_dbbench,
-           "tpu_qwen35_9b": tpu_qwen35_9b}
+           "gpu8_qwen35_4b_appworld": gpu8_qwen35_4b_appworld, "tpu_qwen35_9b": tpu_qwen35_9b}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -23,6 +25,12 @@ def test_presets_validate(name):
     cfg = PRESETS[name].get_config()
     n = cfg.mesh.num_devices if cfg.mesh.num_devices > 0 else 1
     cv.validate(cfg, num_devices=n)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_presets_change_values_never_the_structure(name):
+    """A preset has exactly the fields of the schema (an added field would be read by nothing)."""
+    assert set(_leaves(PRESETS[name].get_config())) == set(_leaves(common.base_config()))
 
 
 def test_presets_document_their_command():
@@ -45,10 +53,15 @@ def _assignments(path):
     return out
 
 
-@pytest.mark.parametrize("path", [common.__file__, config_schema.__file__])
+def _section_files():
+    """The modules that define the env families' typed sections (found through the registry)."""
+    return sorted({sys.modules[s.section.__module__].__file__ for s in registry.config_sections().values()})
+
+
+@pytest.mark.parametrize("path", [common.__file__, config_schema.__file__] + _section_files())
 def test_every_field_of_the_schema_has_a_comment(path):
     fields = _assignments(path)
-    assert len(fields) > 20
+    assert len(fields) >= 2
     for target, line in fields:
         assert "#" in line, f"field without a one-line comment: {target}"
 
@@ -66,15 +79,64 @@ def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
     from harness_jax.train import builders
 
     c = common.base_config()
-    assert set(config_schema.env_sections()) == set(registry.names())
-    for name in registry.names():
+    ours = {n for n in registry.names() if registry.spec(n).make.__module__.startswith("harness_jax.envs.")}
+    assert {"dbbench", "alfworld", "textworld", "webshop", "appworld", "swe"} <= ours
+    assert ours <= set(registry.config_sections())
+    for name in ours:
         assert isinstance(c.env[name], ConfigDict)
+        assert c.env[name].to_dict() == registry.config_section(name).section().to_dict()
     c.env.dbbench.engine = "mariadb"
     c.env.dbbench.mariadb_socket = "/tmp/x.sock"
     c.env.dbbench.categories = ("select",)
-    kw = config_schema.env_section("dbbench").env_kwargs(c.env)
+    kw = registry.config_section("dbbench").env_kwargs(c.env)
     assert kw["engine"] == "mariadb" and kw["socket"] == "/tmp/x.sock" and kw["protocol"] == "text"
     assert builders.split_kwargs(c, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",)}
+
+
+@pytest.mark.parametrize("name,field,value,attr", [
+    ("dbbench", "max_rounds", 7, "max_rounds"),
+    ("webshop", "max_rounds", 7, "max_rounds"),
+    ("appworld", "max_interactions", 7, "max_interactions"),
+    ("swe", "max_steps", 7, "max_steps"),
+])
+def test_family_sections_reach_the_environment(name, field, value, attr):
+    """A field of each family's section arrives in the environment the builders make, with the
+    shared env.protocol."""
+    from harness_jax.train import builders
+
+    c = common.base_config()
+    c.env.name = name
+    c.env.protocol = "function"
+    c.env[name][field] = value
+    env = builders.env_factory(c)()
+    try:
+        assert getattr(env, attr) == value and env.protocol == "function"
+    finally:
+        getattr(env, "close", lambda: None)()
+
+
+def test_webshop_split_options_reach_the_loader():
+    from harness_jax.train import builders
+
+    c = common.base_config()
+    c.env.name = "webshop"
+    c.env.webshop.n_products = 120
+    c.env.webshop.catalog_seed = 3
+    tasks = builders.load_tasks(c, "train", n=2)
+    assert len(tasks) == 2 and all(t.split == "train" for t in tasks)
+    assert tasks[0].data["world"] == {"kind": "generated", "n_products": 120, "seed": 3}
+
+
+def test_env_section_values_are_validated_from_the_family_declaration():
+    cfg = tiny_cpu.get_config()
+    cfg.env.name = "webshop"
+    cfg.env.webshop.partition = "alphabetical"
+    cfg.env.webshop.max_rounds = -1
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(cfg, num_devices=1)
+    paths = {p.path for p in ei.value.problems}
+    assert {"env.webshop.partition", "env.webshop.max_rounds"} <= paths
+    assert "agentbench" in str(ei.value)
 
 
 def _bad(mutate, num_devices=1):
@@ -273,7 +335,7 @@ def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
     q = tiny_e2e_config.get_config()
     q.model.tokenizer = "qwen"
     rollout.load_tokenizer(_Recorder(q, log))
-    for name in config_schema.env_sections():
+    for name in registry.config_sections():
         e = tiny_e2e_config.get_config()
         e.env.name = name
         builders.env_factory(_Recorder(e, log))
@@ -281,3 +343,12 @@ def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
 
     unread = sorted(set(_leaves(common.base_config())) - log)
     assert not unread, f"fields no code reads: {unread}"
+
+
+def test_sweep_preset_expands_through_the_launchers_flag_parser(tmp_path):
+    """tiny_cpu_sweep's named sweeps resolve to valid runs of the schema (nothing is run)."""
+    from harness_jax.sweeps import runner
+
+    sw = runner.prepare(os.path.join(ROOT, "experiments", "configs", "tiny_cpu_sweep.py"), "seeds_x_lr",
+                        str(tmp_path / "sweep"), repo_root=ROOT)
+    assert [r.name for r in sw.runs] == [f"seed={s},lr={lr}" for s in (0, 1, 2) for lr in (0.0002, 0.001)]

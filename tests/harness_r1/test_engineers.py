@@ -219,3 +219,19 @@ def test_dataset_cli_packets_then_sft(qwen_tok, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit, match="--target: not valid JSON"):
         dataset.main(["packets", "--out", "x", "--env", "dbbench", "--target", "{kind",
                       "--cache", "c"])
+
+
+def test_sft_examples_are_built_inside_training_scope():
+    """Building the engineer's SFT data is training: a teacher that tries to open the sealed test
+    split fails (the teacher is a test double that only tries to unseal)."""
+    from harness_jax.envs import registry
+
+    class PeekingTeacher:
+        name = "peeking"
+
+        def propose(self, packet, k, seed):
+            with registry.sealed_test_access("a teacher peeking at test data"):
+                return []
+
+    with pytest.raises(registry.SealedSplitError, match="training_scope"):
+        dataset.build_sft_examples([object()], PeekingTeacher(), tokenizer=None)

@@ -158,13 +158,24 @@ def test_packet_dataset_from_environment_splits(qwen_tok, tmp_path):
     # packets round-trip through JSON
     pk = ds.load("train")[0]
     assert harness_r1.Packet.from_dict(json.loads(json.dumps(pk.to_dict()))) == pk
-    # a rebuild reads every baseline from the cache
+    # a rebuild reads every baseline from the cache; it runs inside training_scope (the engineer's
+    # training data): its callbacks cannot even open the seal
+    sealed = []
+
+    def try_unseal(s, i, n):
+        try:
+            with registry.sealed_test_access("a callback of the packet builder"):
+                sealed.append(False)
+        except registry.SealedSplitError:
+            sealed.append(True)
+
     ds2 = harness_r1.build_packet_dataset(
         target, env, base_harness("dbbench", "text"), str(tmp_path / "ds2"), batches=splits,
         batch_size=2, budget_tokens=3000, cache=cache, tokenizer=qwen_tok,
         config=ExecutorConfig(concurrency=8, infra_retries=0),
-        split_kwargs={"categories": kw["categories"]})
+        split_kwargs={"categories": kw["categories"]}, progress=try_unseal)
     assert all(v["target_episodes"] == 0 for v in ds2.manifest()["splits"].values())
+    assert sealed and all(sealed)
     # held-out packets from the sealed test split: refused outside an evaluation entry point
     with pytest.raises(registry.SealedSplitError):
         harness_r1.build_packet_dataset(

@@ -1,10 +1,10 @@
 """Test doubles for Harness-S tests.
 
-``ChatServer`` is a scripted OpenAI-compatible chat-completions server over real HTTP (a local
-``ThreadingHTTPServer``): a real provider cannot be reached from CI, and voters/editors/
-diagnosers must be made to answer well, badly or not at all on demand. A ``handler(body)``
-decides each reply from the request (so a reply can depend on the prompt, the seed or the
-temperature). The client under test is the real ``OpenAIChatClient`` (HTTP, cache, accounting).
+``ChatServer`` (``tests/sampling/doubles.py``, re-exported) is a scripted OpenAI-compatible
+chat-completions server over real HTTP: a real provider cannot be reached from CI, and voters/
+editors/diagnosers must be made to answer well, badly or not at all on demand. A
+``handler(body)`` decides each reply from the request (so a reply can depend on the prompt, the
+seed or the temperature). The client under test is the real ``OpenAIChatClient``.
 
 ``ReactivePolicy`` stands in for the policy's rollout engine on DBBench (text protocol): it
 decodes the real token context with the real tokenizer and replies like a policy with specific,
@@ -15,52 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
-
-
-def reply(content: str, pt: int = 20, ct: int = 10) -> dict:
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": pt, "completion_tokens": ct}}
-
-
-class ChatServer:
-    """Scripted OpenAI-compatible server; ``handler(body) -> str | (status, dict)``."""
-
-    def __init__(self, handler=None):
-        self.handler = handler or (lambda body: "ok")
-        self.requests: list[dict] = []
-        state = self
-
-        class H(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_POST(self):
-                n = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(n))
-                state.requests.append(body)
-                out = state.handler(body)
-                status, payload = (out if isinstance(out, tuple) else (200, reply(out)))
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.thread = threading.Thread(target=self.srv.serve_forever,
-                                       kwargs={"poll_interval": 0.02}, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}/v1"
-
-    def close(self):
-        self.srv.shutdown()
-        self.srv.server_close()
+from tests.sampling.doubles import ChatServer, reply  # noqa: F401  (re-exported)
 
 
 def last_user(body: dict) -> str:

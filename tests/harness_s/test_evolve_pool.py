@@ -199,3 +199,25 @@ def test_llm_diagnoser_and_auto_editor_open_a_novel_direction(chat_server, tmp_p
     assert res.generations[0]["directions"] == ["misread_question"]
     assert [e.editor for e in res.entries] == ["base", "llm:m"]
     assert res.entries[1].direction == "misread_question" and len(res.entries[1].solved()) == 8
+
+
+def test_evolution_runs_sealed_from_the_test_split():
+    """Evolution refuses test-split inputs, and runs inside ``training_scope``: a rollout (or
+    any callback) that tries to open the test split, even through ``sealed_test_access``, fails."""
+    from harness_jax.envs import registry
+
+    with registry.sealed_test_access("building a wrong evolution input"):
+        test_tasks = _tasks("test", n=1)
+    with pytest.raises(registry.SealedSplitError, match="harness_s.evolve"):
+        harness_s.evolve(Sibling(base_harness("dbbench", "text"), name="H0"), train_tasks=_tasks("train"),
+                         val_tasks=test_tasks, rollout=world_rollout,
+                         editor=harness_s.make_editor("deterministic"),
+                         config=harness_s.EvolutionConfig(env_name="dbbench", max_generations=1))
+
+    def peeking_rollout(sib, tasks):
+        with registry.sealed_test_access("a rollout peeking at test data"):
+            registry.load_split("dbbench", "test", n=1)
+        return world_rollout(sib, tasks)
+
+    with pytest.raises(registry.SealedSplitError, match="training_scope"):
+        _evolve(rollout=peeking_rollout, cfg={"max_generations": 1})

@@ -1,13 +1,12 @@
 """OpenAI-compatible chat client: cache, retries, key handling, accounting, structured output.
 
-Uses a scripted local HTTP server as a test double: a real OpenAI-compatible provider cannot be
+Uses a scripted local HTTP server (``doubles.ChatServer``) as a test double: a real OpenAI-compatible provider cannot be
 reached from CI, and rate-limit / 5xx / malformed-reply behaviour must be provoked on demand.
 (The client is also run against the real ``EngineServer`` chat endpoint in
 test_chat_completions.py.)
 """
+import functools
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -15,51 +14,36 @@ from harness_jax.sampling.openai_client import (ChatClientConfig, ChatClientErro
                                                 StructuredOutputError, extract_json, request_key,
                                                 validate_schema)
 
+from .doubles import ChatServer, reply
+
 
 class _Scripted:
+    """Replies of the scripted server (``ChatServer``, see doubles.py) in order, then the default."""
+
     def __init__(self):
         self.script = []       # list of (status, body_dict_or_str, headers)
-        self.requests = []     # (headers, body)
         self.default = (200, None, {})
+        self.server = ChatServer(self.answer)
+        self.url = self.server.url
+
+    def answer(self, body):
+        status, out, headers = self.script.pop(0) if self.script else self.default
+        return status, (_reply("ok") if out is None else out), headers
+
+    @property
+    def requests(self):
+        """(headers, body) of every request so far."""
+        return list(zip(self.server.headers, self.server.requests))
 
 
 @pytest.fixture()
 def fake():
     state = _Scripted()
-
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def do_POST(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(n))
-            state.requests.append((dict(self.headers), body))
-            status, out, headers = state.script.pop(0) if state.script else state.default
-            if out is None:
-                out = _reply("ok")
-            data = (out if isinstance(out, str) else json.dumps(out)).encode()
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    state.url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
     yield state
-    srv.shutdown()
-    srv.server_close()
+    state.server.close()
 
 
-def _reply(content, tool_calls=None, pt=10, ct=5):
-    msg = {"role": "assistant", "content": content}
-    if tool_calls:
-        msg["tool_calls"] = tool_calls
-    return {"choices": [{"index": 0, "message": msg, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": pt, "completion_tokens": ct}}
+_reply = functools.partial(reply, pt=10, ct=5)
 
 
 def _client(fake, tmp_path, **kw):

@@ -37,5 +37,5 @@ SWEEPS = {
     "fails": hyper.fixed({"rl.group_size": 1}),
     "fails_and_one": [{"seed": 0}, {"rl.group_size": 1}],
     "grid": lambda: hyper.product(hyper.sweep("seed", [0, 1, 2]), hyper.sweep("opt.lr", [1e-3, 3e-3]),
-                                  hyper.fixed({"mesh.shape": (1, 1, 1, 1), "env.kwargs.engine": "sqlite"})),
+                                  hyper.fixed({"mesh.shape": (1, 1, 1, 1), "env.dbbench.engine": "sqlite"})),
 }

@@ -58,7 +58,7 @@ def test_expand_resolves_through_the_launchers_flag_parser():
                                          "seed=1,lr=0.003", "seed=2,lr=0.001", "seed=2,lr=0.003"]
     r = sw.runs[3]
     assert r.config["seed"] == 1 and r.config["opt"]["lr"] == 3e-3
-    assert r.config["mesh"]["shape"] == [1, 1, 1, 1] and r.config["env"]["kwargs"]["engine"] == "sqlite"
+    assert r.config["mesh"]["shape"] == [1, 1, 1, 1] and r.config["env"]["dbbench"]["engine"] == "sqlite"
     assert r.config["num_steps"] == 3  # the config module's own value
     assert "--config.mesh.shape=(1, 1, 1, 1)" in r.flags
     assert sw.config_arg == "tests/sweeps/sweep_config.py" and sw.launcher == "launch/train.py"
@@ -97,7 +97,7 @@ def test_layout_written_and_changed_config_refused(tmp_path):
     run0 = loaded["runs"][0]
     assert run0["status"]["state"] == "pending" and run0["spec"]["overrides"] == {"seed": 0, "opt.lr": 1e-3,
                                                                                   "mesh.shape": [1, 1, 1, 1],
-                                                                                  "env.kwargs.engine": "sqlite"}
+                                                                                  "env.dbbench.engine": "sqlite"}
     assert run0["config"]["opt"]["lr"] == 1e-3
     code = loaded["sweep"]["code"]
     assert len(code["commit"]) == 40 and isinstance(code["dirty"], bool)

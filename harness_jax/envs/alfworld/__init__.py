@@ -12,7 +12,9 @@ __all__ = ["ENV_NAME", "INSTRUCTION", "ALFWorldEnv", "SHORT_NAMES", "TASK_TYPES"
            "load_game_dir", "load_split", "make_task", "run_expert", "write_game"]
 
 from harness_jax.envs import registry  # noqa: E402
+from harness_jax.envs.alfworld.config import SECTION  # noqa: E402
 
 registry.register(registry.EnvSpec(
     name=ENV_NAME, make=ALFWorldEnv, load_split=load_split,
-    description="ALFWorld text games on the real alfworld engine; generated game.tw-pddl"))
+    description="ALFWorld text games on the real alfworld engine; generated game.tw-pddl",
+    config=SECTION))

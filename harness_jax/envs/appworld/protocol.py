@@ -116,3 +116,20 @@ def extract_code(text: str) -> Optional[str]:
         if lang.lower() in ("python", "py", "python3", "ipython", ""):
             return body.strip("\n")
     return None
+
+
+def h0(protocol: str) -> dict:
+    """The base harness H0 (``registry.EnvSpec.h0``), as harness-spec fields: AppWorld's ReAct
+    agent, instructions + worked example + the supervisor and task in one user turn (text:
+    ```python blocks; literal braces escaped for the task template's ``str.format``); function
+    calling: the same as the system prompt with the ``execute_python`` tool. 50 turns."""
+    if protocol not in ("text", "function"):
+        raise ValueError(f"h0: protocol must be 'text' or 'function', got {protocol!r}")
+    if protocol == "text":
+        template = (REACT_INSTRUCTION.replace("{", "{{").replace("}", "}}")
+                    + "\n\nUsing these APIs, write the code for the first step of this task:"
+                    "\n\n{observation}")
+        return {"name": "appworld-H0-text", "task_template": template,
+                "rules": {"max_turns": 50, "on_unparsable": "pass_raw"}}
+    return {"name": "appworld-H0-function", "system_prompt": FUNCTION_INSTRUCTION,
+            "rules": {"max_turns": 50}}

@@ -9,6 +9,7 @@
 from typing import Optional, Sequence
 
 from harness_jax.envs import registry, splits
+from harness_jax.envs.dbbench.config import SECTION
 from harness_jax.envs.dbbench.data import (CATEGORIES, ENV_NAME, MUTATION_CATEGORIES,
                                            SELECT_CATEGORIES, ItemProblem, item_category,
                                            item_problems, load_tasks, make_task, read_items,
@@ -18,7 +19,7 @@ from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, MariaDB
                                               make_engine, setup_problems)
 from harness_jax.envs.dbbench.env import DBBenchEnv, gold_hash, oracle_reply
 from harness_jax.envs.dbbench.generator import generate_item, generate_items
-from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, lenient_match, parse_text_action,
+from harness_jax.envs.dbbench.protocol import (TOOL_SPECS, h0, lenient_match, parse_text_action,
                                                strict_match)
 
 
@@ -41,7 +42,8 @@ def load_split(split: str, n: int = 100, seed: int = 0, path: Optional[str] = No
 
 registry.register(registry.EnvSpec(
     name=ENV_NAME, make=DBBenchEnv, load_split=load_split,
-    description="AgentBench DB on SQLite or MariaDB; generated or file-backed tasks"))
+    description="AgentBench DB on SQLite or MariaDB; generated or file-backed tasks",
+    config=SECTION, h0=h0))
 
 
 __all__ = [

@@ -191,3 +191,18 @@ def lenient_match(answer: Any, label: Sequence, abs_tol: float = 0.01) -> bool:
         else:
             return True
     return set(ans) == set(gold)
+
+
+def h0(protocol: str) -> dict:
+    """The base harness H0 (``registry.EnvSpec.h0``), as harness-spec fields: text = AgentBench
+    v0.2's opening (the instruction as a user turn, "Ok." from the agent, then the question) with
+    raw replies passed on; function = the AgentBench-FC system instruction with the tools."""
+    if protocol not in ("text", "function"):
+        raise ValueError(f"h0: protocol must be 'text' or 'function', got {protocol!r}")
+    if protocol == "text":
+        return {"name": "dbbench-H0-text",
+                "preamble": [{"role": "user", "content": TEXT_INSTRUCTION},
+                             {"role": "assistant", "content": "Ok."}],
+                "rules": {"max_turns": 20, "on_unparsable": "pass_raw"}}
+    return {"name": "dbbench-H0-function", "system_prompt": FUNCTION_INSTRUCTION,
+            "rules": {"max_turns": 20}}

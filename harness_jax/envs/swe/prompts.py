@@ -53,7 +53,20 @@ def task_prompt(instance: dict) -> str:
                                 problem_statement=instance["problem_statement"].strip())
 
 
-# Execution rules of the H0 harness (read by harness.presets.base_harness).
+# Execution rules of the H0 harness (``h0`` below).
 H0_MAX_TURNS = 50                  # OpenHands' SWE-Gym runs use 30-100 iterations
 H0_EPISODE_TIMEOUT_S = 1800.0
 H0_OBSERVATION_MAX_CHARS = 10_000
+
+
+def h0(protocol: str) -> dict:
+    """The base harness H0 (``registry.EnvSpec.h0``), as harness-spec fields: OpenHands
+    CodeAct-style system prompt (text protocol: plus the one-bash-block rule), long observations
+    cut at ``H0_OBSERVATION_MAX_CHARS``, ``H0_MAX_TURNS`` turns."""
+    if protocol not in ("text", "function"):
+        raise ValueError(f"h0: protocol must be 'text' or 'function', got {protocol!r}")
+    text = SYSTEM_PROMPT + ("" if protocol == "function" else "\n\n" + TEXT_PROTOCOL)
+    return {"name": f"swe-H0-{protocol}", "system_prompt": text,
+            "observation": {"max_chars": H0_OBSERVATION_MAX_CHARS},
+            "rules": {"max_turns": H0_MAX_TURNS, "max_tokens_per_turn": 4096,
+                      "episode_timeout_s": H0_EPISODE_TIMEOUT_S}}

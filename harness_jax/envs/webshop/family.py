@@ -13,6 +13,7 @@
     target's ASIN, as above) or ``partition="agentbench"``: test = AgentBench's ``std``
     (goals 0-199), selection = ``dev`` (200-279), search = 280-999, train = ``env_train``
     (1000 on). ``n`` takes the first n goals of the split in WebShop's order.
+* ``SECTION``: the typed ``config.env.webshop`` section of experiment configs.
 * ``SPEC``: the ``registry.EnvSpec`` (``registry.make("webshop", ...)`` builds a
   ``WebShopEnv``; ``registry.load_split("webshop", split, ...)`` calls ``load_split``).
 """
@@ -21,6 +22,9 @@ from __future__ import annotations
 import random
 from typing import Optional
 
+import ml_collections
+
+from harness_jax.config_schema import EnvSection, or_none
 from harness_jax.envs.base import Task
 from harness_jax.envs.splits import check_split
 
@@ -124,11 +128,50 @@ def make_env(**kw):
     return WebShopEnv(**kw)
 
 
+def _section() -> ml_collections.ConfigDict:
+    """The typed ``config.env.webshop`` section."""
+    s = ml_collections.ConfigDict()
+    s.max_rounds = 0                  # the environment's own round limit (0 = the protocol's: text 10, function 20)
+    s.show_attrs = False              # item pages show the Attributes button (WebShop's show_attrs)
+    s.strict_format = False           # an unparsable reply ends the episode (AgentBench) instead of a hint
+    s.index_dir = ""                  # where the BM25 index of a catalog is cached ("" = built in memory)
+    s.n_products = 1000               # generated catalog: products
+    s.catalog_seed = 0                # generated catalog: seed (env.task_seed draws the goals)
+    s.products = ""                   # WebShop's items_shuffle*.json (with attributes: real data instead of a generated catalog)
+    s.attributes = ""                 # WebShop's items_ins_v2*.json
+    s.human_instructions = ""         # WebShop's items_human_ins.json: human-written goals ("" = the synthetic ones)
+    s.num_products = 0                # real data: products loaded (0 = all)
+    s.partition = "hash"              # real data: "hash" (by target ASIN) | "agentbench" (test = std goals 0-199, selection = dev 200-279)
+    return s
+
+
+def _env_kwargs(env) -> dict:
+    s = env.webshop
+    return dict(protocol=env.protocol, max_rounds=or_none(int(s.max_rounds)),
+                show_attrs=bool(s.show_attrs), strict_format=bool(s.strict_format),
+                index_dir=or_none(s.index_dir))
+
+
+def _split_kwargs(env) -> dict:
+    s = env.webshop
+    return dict(n=int(env.num_tasks), seed=int(env.task_seed), n_products=int(s.n_products),
+                catalog_seed=int(s.catalog_seed), products=or_none(s.products),
+                attributes=or_none(s.attributes), human_instructions=or_none(s.human_instructions),
+                num_products=or_none(int(s.num_products)), partition=s.partition)
+
+
+SECTION = EnvSection(section=_section, env_kwargs=_env_kwargs, split_kwargs=_split_kwargs,
+                     choices={"partition": ("hash", "agentbench")},
+                     at_least={"max_rounds": 0, "n_products": 1, "num_products": 0})
+
+
 def _spec():
     from harness_jax.envs.registry import EnvSpec
+    from harness_jax.envs.webshop.protocol import h0
     return EnvSpec(ENV_NAME, make_env, load_split,
                    "WebShop text mode (AgentBench protocols) on a generated catalog or "
-                   "WebShop's own data files; BM25 search, the published reward")
+                   "WebShop's own data files; BM25 search, the published reward",
+                   config=SECTION, h0=h0)
 
 
 SPEC = _spec()

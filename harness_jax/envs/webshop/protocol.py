@@ -141,3 +141,16 @@ def observation_message(page: str, available: dict, protocol: str, action: Optio
 NO_ACTION_TEXT = ("Your reply has no action. End it with a line 'Action:' followed by "
                   "search[keywords] or click[value].")
 NO_TOOL_CALL = "No tool call found. Call search_action or click_action."
+
+
+def h0(protocol: str) -> dict:
+    """The base harness H0 (``registry.EnvSpec.h0``), as harness-spec fields: text = v0.2's
+    opening (instruction, "Ok.", the one-shot example; 10 rounds); function = the FC system
+    instruction with ``search_action``/``click_action`` (20 rounds)."""
+    if protocol not in ("text", "function"):
+        raise ValueError(f"h0: protocol must be 'text' or 'function', got {protocol!r}")
+    if protocol == "text":
+        return {"name": "webshop-H0-text", "preamble": text_opening(),
+                "rules": {"max_turns": TEXT_ROUNDS, "on_unparsable": "pass_raw"}}
+    return {"name": "webshop-H0-function", "system_prompt": FUNCTION_INSTRUCTION,
+            "rules": {"max_turns": FUNCTION_ROUNDS}}
