@@ -68,11 +68,12 @@ import traceback
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any, Callable, Optional
 
+from harness_jax import config_schema
 from harness_jax.sampling.types import GenerateRequest, GenerateResult, RolloutEngine
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("inprocess", "processes", "ray")
+BACKENDS = config_schema.WORKER_BACKENDS
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 
