@@ -822,6 +822,7 @@ class Executor:
                 log.warning("episode %s: %s", episode_id, e)
                 continue
             self._merge_hook_stats(wid, stats)
+            traj.meta["worker"] = wid
             traj.infra_attempts += len(lost)
             traj.errors = lost + traj.errors
             traj.meta["workers_lost"] = len(lost)
