@@ -216,3 +216,37 @@ def test_ray_backend_runs_and_retries_lost_actors(batch, qwen_tok):
             _same_episode(ref[k], again[k])
         assert rp.stats["workers_lost"] == 1
     assert not ray.is_initialized()                     # the pool stops the Ray it started
+
+
+@pytest.mark.slow
+def test_training_loop_collects_and_evaluates_on_process_workers(tmp_path):
+    """The GRPO loop (colocated JaxEngine on the driver) with ``workers.backend=processes``:
+    every rollout and evaluation episode runs in a worker process with generation proxied to the
+    driver's engine, and the run trains on what they return."""
+    import jax
+
+    from harness_jax.harness.store import TrajectoryStore
+    from harness_jax.train import loop
+    from tests.e2e import tiny_e2e_config
+
+    c = tiny_e2e_config.get_config()
+    c.num_steps, c.sft.enabled, c.ckpt.every_steps, c.ckpt.export_hf = 1, False, 0, False
+    c.eval.at_start, c.eval.num_tasks = False, 2
+    c.workers.backend, c.workers.num_workers, c.workers.slots = "processes", 2, 2
+    trainer = loop.Trainer(c, str(tmp_path), devices=jax.devices()[:1])
+    try:
+        summary = trainer.run()
+        stats = dict(trainer.ctx.workers.stats)
+    finally:
+        trainer.close()
+    assert summary["step"] == 1 and summary["policy_version"] == 1
+    trajs = list(TrajectoryStore(str(tmp_path / "traces")).trajectories())
+    n_train = c.num_steps * c.rl.tasks_per_step * c.rl.group_size
+    assert stats["jobs"] == stats["done"] == len(trajs) >= n_train + c.eval.num_tasks
+    assert {t.policy_version for t in trajs} == {0, 1}   # rollouts at v0, the final eval at v1
+    assert all("worker" in t.meta and not t.infra_error for t in trajs)
+    for t in trajs:
+        for seg in t.segments:
+            assert len(seg.token_ids) == len(seg.loss_mask) == len(seg.logprobs)
+            assert all(lp == 0.0 for lp, m in zip(seg.logprobs, seg.loss_mask) if not m)
+    assert trainer.ctx.workers._closing                  # the run context stopped its workers
