@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import inspect
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 import zlib
@@ -732,6 +734,12 @@ class Executor:
         sampling_key = sampling_key or episode_id
         if self.backend is not None:
             return await self._run_remote(task, episode_id, group_id, sampling_key)
+        async with _process_slot(self.env_name or task.env_name,
+                                 getattr(self.env_factory, "process_concurrency", None)):
+            return await self._run_local(task, episode_id, group_id, sampling_key)
+
+    async def _run_local(self, task: Task, episode_id: str, group_id: str,
+                         sampling_key: str) -> Trajectory:
         t_start = time.perf_counter()
         errors: list[str] = []
         for attempt in range(self.config.infra_retries + 1):
@@ -867,6 +875,27 @@ class Executor:
                                               group_id=gid, sampling_key=key)
 
         return list(await asyncio.gather(*(one(t, k) for t, k in samples)))
+
+
+_PROCESS_SLOTS: dict[str, threading.Semaphore] = {}
+_PROCESS_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _process_slot(family: Optional[str], limit: Optional[int]):
+    """At most ``limit`` episodes of ``family`` at once in this process, across event loops and
+    threads (``Env.process_concurrency``: engines that are not thread-safe, e.g. ALFWorld)."""
+    if not limit:
+        yield
+        return
+    with _PROCESS_SLOTS_LOCK:
+        sem = _PROCESS_SLOTS.setdefault(f"{family}/{limit}", threading.Semaphore(int(limit)))
+    while not sem.acquire(blocking=False):   # polling never ties up the to_thread executor
+        await asyncio.sleep(0.005)
+    try:
+        yield
+    finally:
+        sem.release()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -165,16 +165,17 @@ def test_not_thread_safe_families_run_one_episode_per_process(pool, qwen_tok):
     assert DBBENCH.process_concurrency is None
     tasks = [Task("toy", {"q": f"question {i}"}) for i in range(6)]
 
-    async def go():
+    async def go(backend):
         ex = Executor(ScriptedEngine(qwen_tok, []), jobs.ExclusiveFactory(), base_harness("dbbench", "text"),
-                      tokenizer=qwen_tok, config=ExecutorConfig(infra_retries=0), backend=pool)
+                      tokenizer=qwen_tok, config=ExecutorConfig(infra_retries=0), backend=backend)
         try:
             return await ex.run_episodes(tasks)
         finally:
             ex.close()
-    trajs = asyncio.run(go())
-    assert all(not t.infra_error and t.infra_attempts == 0 for t in trajs), [t.errors for t in trajs]
-    assert len({t.meta["worker"] for t in trajs}) == 2
+    for backend in (pool, None):                         # in-process too: one at a time
+        trajs = asyncio.run(go(backend))
+        assert all(not t.infra_error and t.infra_attempts == 0 for t in trajs), [t.errors for t in trajs]
+    assert len({t.meta["worker"] for t in asyncio.run(go(pool))}) == 2
 
 
 def test_config_selects_the_backend():
