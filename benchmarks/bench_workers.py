@@ -16,7 +16,9 @@ workers to the driver as in training):
 For each family: in-process (the reference, measured in the same run) and local worker processes
 with 1, 2, 4 workers (``--ray``: also Ray actors at half a CPU each), interleaved over
 ``--rounds``; medians of episodes/s. Pools are started and warmed first (start-up reported
-separately). ``proxy``: the round trip of one generation request from a worker job to the driver
+separately). CPU per episode is measured too (the driver's process time; the worker processes'
+from ``/proc``): unlike episodes/s it barely depends on how busy the machine is, so it is what
+the pod arithmetic in docs/experiments.md uses. ``proxy``: the round trip of one generation request from a worker job to the driver
 engine and back (an engine that answers at once), small and 8k-token contexts, against the same
 call in-process. This machine's limit is its core count (printed with the load average): it is
 shared by other engineers, so numbers are noisy; compare within one run.
@@ -120,7 +122,24 @@ def _families(args, tok) -> list[Family]:
     return out
 
 
+def _cpu_s(pids) -> float:
+    """User + system CPU seconds of processes (``/proc/<pid>/stat``; Linux)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
 def _measure(fam: Family, tok, backend) -> dict:
+    pids = list(backend.worker_pids().values()) if backend is not None and \
+        backend.backend == "processes" else []
+    cpu0, wcpu0 = time.process_time(), _cpu_s(pids)
+
     async def go():
         ex = Executor(fam.engine, fam.factory, fam.harness, tokenizer=tok, backend=backend,
                       config=ExecutorConfig(seed=5, concurrency=64), env_name=fam.factory.name)
@@ -133,6 +152,7 @@ def _measure(fam: Family, tok, backend) -> dict:
     trajs, wall = asyncio.run(go())
     ok = [t for t in trajs if not t.infra_error]
     return {"wall_s": wall, "episodes": len(ok), "infra": len(trajs) - len(ok),
+            "driver_cpu_s": time.process_time() - cpu0, "worker_cpu_s": _cpu_s(pids) - wcpu0,
             "turns": sum(len(t.turns) for t in ok), "success": sum(bool(t.success) for t in ok)}
 
 
@@ -169,7 +189,12 @@ def bench(args) -> dict:
             ref = statistics.median(r["episodes"] / r["wall_s"] for r in runs["in_process"])
             for name, rs in runs.items():
                 eps = statistics.median(r["episodes"] / r["wall_s"] for r in rs)
+                n_ep = max(sum(r["episodes"] for r in rs), 1)
                 res[name] = {"episodes_per_s": round(eps, 2), "vs_in_process": round(eps / ref, 2),
+                             "driver_cpu_ms_per_episode": round(
+                                 1e3 * sum(r["driver_cpu_s"] for r in rs) / n_ep, 1),
+                             "worker_cpu_ms_per_episode": round(
+                                 1e3 * sum(r["worker_cpu_s"] for r in rs) / n_ep, 1),
                              "median_wall_s": round(statistics.median(r["wall_s"] for r in rs), 2),
                              "infra": sum(r["infra"] for r in rs),
                              "turns_per_episode": round(rs[0]["turns"] / max(rs[0]["episodes"], 1), 1),
