@@ -62,6 +62,24 @@ def or_none(v):
 
 
 # ---------------------------------------------------------------------------------------------
+# episode workers
+# ---------------------------------------------------------------------------------------------
+WORKER_BACKENDS = ("inprocess", "processes", "ray")
+
+
+def workers_section() -> ml_collections.ConfigDict:
+    """``config.workers``: where episodes run (rollouts, evaluation, Harness-S validation,
+    Harness-R1 reruns); ``harness_jax.harness.workers`` documents the backends."""
+    w = ml_collections.ConfigDict()
+    w.backend = "inprocess"           # "inprocess" (the driver's event loop) | "processes" (local worker processes) | "ray" (Ray actors)
+    w.num_workers = 2                 # worker processes / Ray actors (ignored in-process)
+    w.slots = 16                      # episodes in flight per worker (families that are not thread-safe, e.g. ALFWorld, run one per worker)
+    w.ray_address = ""                # ray: cluster address for ray.init ("" = a private local Ray on this machine; "auto" = the running cluster)
+    w.ray_cpus = 1.0                  # ray: CPUs each worker actor reserves
+    return w
+
+
+# ---------------------------------------------------------------------------------------------
 # model
 # ---------------------------------------------------------------------------------------------
 def arch_section() -> ml_collections.ConfigDict:

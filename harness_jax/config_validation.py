@@ -95,6 +95,8 @@ def find_problems(config, *, num_devices: Optional[int] = None, check_paths: boo
     _check_opt(config, bad)
     _check_sft(config, bad)
     _check_ckpt_eval_log(config, bad)
+    if "workers" in config:
+        _check_workers(config, bad)
     return out
 
 
@@ -431,6 +433,22 @@ def _check_sft(config, bad):
     _int_at_least(bad, "sft.seed_offset", s.seed_offset, 0)
     _int_at_least(bad, "sft.demo_concurrency", s.demo_concurrency, 1)
     _int_at_least(bad, "sft.ckpt_every_steps", s.ckpt_every_steps, 1)
+
+
+def _check_workers(config, bad):
+    w = config.workers
+    if not _one_of(bad, "workers.backend", w.backend, config_schema.WORKER_BACKENDS):
+        return
+    _int_at_least(bad, "workers.num_workers", w.num_workers, 1)
+    _int_at_least(bad, "workers.slots", w.slots, 1)
+    if not (isinstance(w.ray_cpus, (int, float)) and w.ray_cpus >= 0):
+        bad("workers.ray_cpus", w.ray_cpus, "must be a number >= 0", "e.g. 1.0 (0.5 packs two workers per CPU)")
+    if w.backend == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            bad("workers.backend", w.backend, "Ray is not installed",
+                "pip install -e '.[ray]', or use --config.workers.backend=processes")
 
 
 def _check_ckpt_eval_log(config, bad):

@@ -148,6 +148,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft.demo_concurrency = 32           # demonstrations recorded concurrently through the executor
     c.sft.ckpt_every_steps = 50           # SFT checkpoint period (a killed warm start resumes from the last one)
 
+    # ---------------------------------------------------------------- episode workers
+    c.workers = config_schema.workers_section()  # where episodes run: in-process (default), local processes or Ray
+
     # ---------------------------------------------------------------- checkpointing
     c.ckpt = ml_collections.ConfigDict()
     c.ckpt.every_steps = 4                # save every N GRPO steps (and at the end, and on SIGTERM)

@@ -68,6 +68,9 @@ class Env(abc.ABC):
 
     name: str = "env"
     protocol: str = "text"  # "text" | "function"
+    # episodes one process may run at once (None: any number; 1: the family's engine is not
+    # thread-safe, so episode workers run one of its episodes per process)
+    process_concurrency: Optional[int] = None
 
     @abc.abstractmethod
     async def areset(self, task: Task) -> str:

@@ -50,7 +50,7 @@ from harness_jax.envs.splits import (DEFAULT_FRACTIONS, SPLITS, SealedSplitError
                                      current_test_access, hash_partition, partition_tasks,
                                      sealed_test_access, split_seed, training_scope)
 
-__all__ = ["EnvSpec", "register", "make", "load_split", "spec", "names", "config_section",
+__all__ = ["EnvFactory", "EnvSpec", "register", "make", "load_split", "spec", "names", "config_section",
            "config_sections", "SPLITS",
            "DEFAULT_FRACTIONS", "SealedSplitError", "assert_no_test_tasks", "check_split",
            "check_test_access", "current_test_access", "hash_partition", "partition_tasks",
@@ -178,3 +178,20 @@ def load_split(name: str, split: str, **kw: Any) -> list:
             raise RuntimeError(f"load_split({name!r}, {split!r}) produced a task marked "
                                f"{t.split!r}: loader bug")
     return tasks
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvFactory:
+    """``EnvFactory(name, kwargs)()`` = ``make(name, **kwargs)``: a picklable no-argument factory
+    (episode workers rebuild environments from it in their own processes)."""
+
+    name: str
+    kwargs: dict = dataclasses.field(default_factory=dict)
+
+    def __call__(self) -> Env:
+        return make(self.name, **self.kwargs)
+
+    @property
+    def process_concurrency(self) -> Optional[int]:
+        """The family's ``Env.process_concurrency`` (1: not thread-safe)."""
+        return getattr(spec(self.name).make, "process_concurrency", None)

@@ -34,17 +34,21 @@ excluded from training and metrics (never a task failure). A failing hook only l
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import dataclasses
 import inspect
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 import zlib
 from typing import Any, Callable, Optional, Sequence, Union
 
 from harness_jax.envs.base import Env, Task, ToolCall
+from harness_jax.harness import workers
 from harness_jax.harness.overlay import HookEffect, Overlay
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
@@ -203,7 +207,7 @@ class Executor:
     def __init__(self, engine: RolloutEngine, env_factory: Callable[[], Env], harness: HarnessSpec,
                  tokenizer=None, overlay: Union[None, Patch, Overlay] = None,
                  config: ExecutorConfig = ExecutorConfig(), run_id: str = "", store=None,
-                 env_name: Optional[str] = None):
+                 env_name: Optional[str] = None, backend=None):
         if not isinstance(harness, HarnessSpec):
             raise TypeError(f"harness must be a HarnessSpec, got {type(harness).__name__}")
         if tokenizer is None:
@@ -222,6 +226,10 @@ class Executor:
             overlay = Overlay(overlay, env_name=env_name or overlay.benchmark or None,
                               timeout_s=config.hook_timeout_s, workers=config.overlay_workers)
         self.overlay: Optional[Overlay] = overlay
+        # episode workers (``harness.workers``): None / in-process runs episodes here
+        self.backend = backend if getattr(backend, "remote", False) else None
+        self._recipe: Optional[workers.Ref] = None
+        self._remote_stats: dict[int, dict] = {}
         ids = {}
         for tok in ("<|im_end|>", "<|endoftext|>"):
             tid = tokenizer.convert_tokens_to_ids(tok)
@@ -700,9 +708,18 @@ class Executor:
         return step
 
     def close(self) -> None:
-        """Stops the hook workers this executor's overlay started (if it owns any)."""
+        """Stops the hook workers this executor's overlay started (if it owns any) and releases
+        what episode workers built for it."""
         if self.overlay is not None:
             self.overlay.close()
+        self.release()
+
+    def release(self) -> None:
+        """Drops what episode workers built for this executor (its executor copies and their
+        hook workers); the executor stays usable (workers rebuild on the next episode)."""
+        if self._recipe is not None:
+            self.backend.drop(self._recipe)
+            self._recipe = None
 
     # -- public API ----------------------------------------------------------------------------------
     async def run_episode(self, task: Task, episode_id: Optional[str] = None,
@@ -710,20 +727,23 @@ class Executor:
         """One episode with bounded infrastructure retries; always returns a trajectory.
 
         ``sampling_key`` (default: the episode id) keys the per-turn sampling seeds (module
-        docstring); it is recorded in ``traj.meta["sampling_key"]``.
+        docstring); it is recorded in ``traj.meta["sampling_key"]``. With a remote ``backend``
+        the episode runs in an episode worker (``_run_remote``).
         """
         episode_id = episode_id or f"ep-{uuid.uuid4().hex[:12]}"
         sampling_key = sampling_key or episode_id
+        if self.backend is not None:
+            return await self._run_remote(task, episode_id, group_id, sampling_key)
+        async with _process_slot(self.env_name or task.env_name,
+                                 getattr(self.env_factory, "process_concurrency", None)):
+            return await self._run_local(task, episode_id, group_id, sampling_key)
+
+    async def _run_local(self, task: Task, episode_id: str, group_id: str,
+                         sampling_key: str) -> Trajectory:
         t_start = time.perf_counter()
         errors: list[str] = []
         for attempt in range(self.config.infra_retries + 1):
-            traj = Trajectory(episode_id=episode_id, task_id=task.task_id, env_name=task.env_name,
-                              harness_id=self.harness.harness_id,
-                              overlay_id=self.overlay.overlay_id if self.overlay else "",
-                              group_id=group_id, run_id=self.run_id,
-                              meta={"harness_name": self.harness.name, "split": task.split,
-                                    "category": task.category, "sampling_key": sampling_key,
-                                    "sampling_seed": self.config.seed})
+            traj = self._new_trajectory(task, episode_id, group_id, sampling_key)
             try:
                 await asyncio.wait_for(
                     self._attempt(task, traj, f"{episode_id}/a{attempt}", sampling_key),
@@ -744,18 +764,93 @@ class Executor:
             traj.errors = errors + traj.errors
             break
         else:
-            traj.infra_error = True
-            traj.status = "infra_error"
-            traj.success = None
-            traj.reward = 0.0
-            traj.infra_attempts = self.config.infra_retries + 1
-            traj.errors = errors
-            traj.segments = []
+            traj = self._infra_trajectory(traj, errors)
         traj.hook_stats = self.overlay.stats_dict() if self.overlay else {}
+        return self._finish(traj, t_start)
+
+    def _new_trajectory(self, task: Task, episode_id: str, group_id: str,
+                        sampling_key: str) -> Trajectory:
+        return Trajectory(episode_id=episode_id, task_id=task.task_id, env_name=task.env_name,
+                          harness_id=self.harness.harness_id,
+                          overlay_id=self.overlay.overlay_id if self.overlay else "",
+                          group_id=group_id, run_id=self.run_id,
+                          meta={"harness_name": self.harness.name, "split": task.split,
+                                "category": task.category, "sampling_key": sampling_key,
+                                "sampling_seed": self.config.seed})
+
+    def _infra_trajectory(self, traj: Trajectory, errors: list[str]) -> Trajectory:
+        """Every attempt failed on infrastructure: flagged, never scored or trained on."""
+        traj.infra_error = True
+        traj.status = "infra_error"
+        traj.success = None
+        traj.reward = 0.0
+        traj.infra_attempts = self.config.infra_retries + 1
+        traj.errors = list(errors)
+        traj.segments = []
+        return traj
+
+    def _finish(self, traj: Trajectory, t_start: float) -> Trajectory:
         traj.timings["episode_s"] = time.perf_counter() - t_start
         if self.store is not None:
             self.store.append(traj)
         return traj
+
+    # -- episode workers ---------------------------------------------------------------------------
+    def _recipe_ref(self) -> "workers.Ref":
+        """What a worker needs to rebuild this executor, shared once per worker."""
+        if self._recipe is None:
+            ov = self.overlay
+            recipe = _Recipe(
+                env_factory=self.env_factory, harness=self.harness,
+                patch=ov.patch if ov is not None else None,
+                overlay_env=ov.env_name if ov is not None else None,
+                overlay_timeout_s=ov.timeout_s if ov is not None else self.config.hook_timeout_s,
+                overlay_workers=ov.workers if ov is not None else None,
+                config=self.config, run_id=self.run_id, env_name=self.env_name,
+                tokenizer=self.backend.share(self.tokenizer))
+            self._recipe = self.backend.share(recipe, deps=(recipe.tokenizer,))
+        return self._recipe
+
+    async def _run_remote(self, task: Task, episode_id: str, group_id: str,
+                          sampling_key: str) -> Trajectory:
+        """The episode in a worker (which retries environment/engine failures itself). A lost
+        worker is an infrastructure failure too: the episode is rerun, with the same sampling
+        key, up to ``infra_retries`` times, then flagged ``infra_error``."""
+        t_start = time.perf_counter()
+        limit = getattr(self.env_factory, "process_concurrency", None)
+        limit = (f"env:{self.env_name or task.env_name}", int(limit)) if limit else None
+        lost: list[str] = []
+        for _ in range(self.config.infra_retries + 1):
+            try:
+                traj, stats, wid = await self.backend.run(
+                    _remote_episode, self._recipe_ref(), task, episode_id, group_id,
+                    sampling_key, engine=self.engine, limit=limit)
+            except workers.WorkerLost as e:
+                lost.append(f"episode worker lost: {e}")
+                log.warning("episode %s: %s", episode_id, e)
+                continue
+            self._merge_hook_stats(wid, stats)
+            traj.meta["worker"] = wid
+            traj.infra_attempts += len(lost)
+            traj.errors = lost + traj.errors
+            traj.meta["workers_lost"] = len(lost)
+            break
+        else:
+            traj = self._infra_trajectory(
+                self._new_trajectory(task, episode_id, group_id, sampling_key), lost)
+            traj.meta["workers_lost"] = len(lost)
+        return self._finish(traj, t_start)
+
+    def _merge_hook_stats(self, worker_id: int, stats: dict) -> None:
+        """The overlay's counters here = the sum of every worker's counters for this executor."""
+        if self.overlay is None:
+            return
+        self._remote_stats[worker_id] = stats
+        total: dict = collections.defaultdict(collections.Counter)
+        for per in self._remote_stats.values():
+            for hook, counts in per.items():
+                total[hook].update(counts)
+        self.overlay.stats = total
 
     async def run_episodes(self, tasks: Sequence[Task], n_per_task: int = 1,
                            group_prefix: str = "") -> list[Trajectory]:
@@ -782,32 +877,97 @@ class Executor:
         return list(await asyncio.gather(*(one(t, k) for t, k in samples)))
 
 
+_PROCESS_SLOTS: dict[str, threading.Semaphore] = {}
+_PROCESS_SLOTS_LOCK = threading.Lock()
+
+
+@contextlib.asynccontextmanager
+async def _process_slot(family: Optional[str], limit: Optional[int]):
+    """At most ``limit`` episodes of ``family`` at once in this process, across event loops and
+    threads (``Env.process_concurrency``: engines that are not thread-safe, e.g. ALFWorld)."""
+    if not limit:
+        yield
+        return
+    with _PROCESS_SLOTS_LOCK:
+        sem = _PROCESS_SLOTS.setdefault(f"{family}/{limit}", threading.Semaphore(int(limit)))
+    while not sem.acquire(blocking=False):   # polling never ties up the to_thread executor
+        await asyncio.sleep(0.005)
+    try:
+        yield
+    finally:
+        sem.release()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recipe:
+    """An executor as shipped to episode workers (the engine stays with the driver)."""
+
+    env_factory: Callable
+    harness: HarnessSpec
+    patch: Optional[Patch]
+    overlay_env: Optional[str]
+    overlay_timeout_s: float
+    overlay_workers: Optional[int]
+    config: ExecutorConfig
+    run_id: str
+    env_name: Optional[str]
+    tokenizer: "workers.Ref"
+
+
+async def _remote_episode(ctx: "workers.WorkerContext", recipe: "workers.Ref", task: Task,
+                          episode_id: str, group_id: str, sampling_key: str):
+    """Worker job: one episode on the worker's executor for ``recipe`` (built once per worker,
+    generation proxied to the driver). Returns the trajectory, the worker's overlay counters
+    for this executor and the worker id."""
+    def build() -> Executor:
+        r: _Recipe = ctx.resident(recipe)
+        overlay = None
+        if r.patch is not None:
+            overlay = Overlay(r.patch, env_name=r.overlay_env, timeout_s=r.overlay_timeout_s,
+                              workers=r.overlay_workers)
+        return Executor(ctx.engine(), r.env_factory, r.harness,
+                        tokenizer=ctx.resident(r.tokenizer), overlay=overlay, config=r.config,
+                        run_id=r.run_id, env_name=r.env_name)
+
+    ex = ctx.cached(recipe.key, build)
+    traj = await ex.run_episode(task, episode_id=episode_id, group_id=group_id,
+                                sampling_key=sampling_key)
+    return traj, (ex.overlay.stats_dict() if ex.overlay else {}), ctx.worker_id
+
+
 async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], task: Task,
                       harness: HarnessSpec, overlay: Union[None, Patch, Overlay] = None, *,
                       tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
                       episode_id: Optional[str] = None, group_id: str = "", run_id: str = "",
-                      store=None) -> Trajectory:
-    """Runs one episode (see ``Executor``)."""
+                      store=None, backend=None) -> Trajectory:
+    """Runs one episode (see ``Executor``; ``backend``: episode workers, None = here)."""
     ex = Executor(engine, env_factory, harness, tokenizer=tokenizer, overlay=overlay,
-                  config=config, run_id=run_id, store=store, env_name=task.env_name)
+                  config=config, run_id=run_id, store=store, env_name=task.env_name,
+                  backend=backend)
     try:
         return await ex.run_episode(task, episode_id=episode_id, group_id=group_id)
     finally:
-        if isinstance(overlay, Patch):  # the executor installed it: stop its workers
-            ex.close()
+        _done_with(ex, overlay)
 
 
 async def run_episodes(engine: RolloutEngine, env_factory: Callable[[], Env],
                        tasks: Sequence[Task], harness: HarnessSpec,
                        overlay: Union[None, Patch, Overlay] = None, *, n_per_task: int = 1,
                        tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
-                       run_id: str = "", store=None) -> list[Trajectory]:
-    """Runs ``n_per_task`` episodes of each task concurrently on one engine."""
+                       run_id: str = "", store=None, backend=None) -> list[Trajectory]:
+    """Runs ``n_per_task`` episodes of each task concurrently on one engine (``backend``:
+    episode workers, None = here)."""
     env_name = tasks[0].env_name if tasks else None
     ex = Executor(engine, env_factory, harness, tokenizer=tokenizer, overlay=overlay,
-                  config=config, run_id=run_id, store=store, env_name=env_name)
+                  config=config, run_id=run_id, store=store, env_name=env_name, backend=backend)
     try:
         return await ex.run_episodes(tasks, n_per_task=n_per_task)
     finally:
-        if isinstance(overlay, Patch):
-            ex.close()
+        _done_with(ex, overlay)
+
+
+def _done_with(ex: Executor, overlay) -> None:
+    if isinstance(overlay, Patch):  # the executor installed it: stop its hook workers
+        ex.close()
+    else:
+        ex.release()

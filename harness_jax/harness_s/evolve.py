@@ -107,10 +107,11 @@ class EvolutionResult:
 
 
 def executor_rollout(engine, env_factory: Callable, *, tokenizer=None, n_per_task: int = 1,
-                     config=None, run_id: str = "evolve") -> Rollout:
+                     config=None, run_id: str = "evolve", backend=None) -> Rollout:
     """A ``rollout`` that runs a sibling (spec + overlay) through the harness executor:
     ``n_per_task`` episodes per task with the policy behind ``engine`` (synchronous; for
-    ``launch/evolve.py`` and tests, not for use inside a running event loop)."""
+    ``launch/evolve.py`` and tests, not for use inside a running event loop). ``backend``:
+    episode workers (``harness.workers``) for the validation episodes; None runs them here."""
     import asyncio
 
     from harness_jax.harness.executor import ExecutorConfig, run_episodes
@@ -120,7 +121,8 @@ def executor_rollout(engine, env_factory: Callable, *, tokenizer=None, n_per_tas
     def rollout(sibling: Sibling, tasks: Sequence[Task]) -> list[Trajectory]:
         return asyncio.run(run_episodes(engine, env_factory, list(tasks), sibling.spec,
                                         sibling.patch, n_per_task=n_per_task,
-                                        tokenizer=tokenizer, config=cfg, run_id=run_id))
+                                        tokenizer=tokenizer, config=cfg, run_id=run_id,
+                                        backend=backend))
     return rollout
 
 

@@ -197,9 +197,9 @@ def load_tasks(config, split: str, n: Optional[int] = None, seed_offset: int = 0
 
 
 def env_factory(config):
-    """A no-argument factory of fresh environments of ``config.env.name``."""
+    """A no-argument (picklable) factory of fresh environments of ``config.env.name``."""
     from harness_jax.envs import registry
 
     name = config.env.name
     kw = {k: v for k, v in registry.config_section(name).env_kwargs(config.env).items() if v is not None}
-    return lambda: registry.make(name, **kw)
+    return registry.EnvFactory(name, kw)

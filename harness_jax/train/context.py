@@ -14,6 +14,7 @@ import jax
 from absl import logging
 
 from harness_jax import config_validation
+from harness_jax.harness import workers
 from harness_jax.train import builders, rollout
 from harness_jax.train.workdir import RunPaths
 
@@ -35,6 +36,7 @@ class RunContext:
     runner: rollout.EpisodeRunner
     writer: Any                        # rl.metrics.MetricsWriter
     store: Any = None                  # TrajectoryStore or None
+    workers: Any = None                # episode workers (harness.workers.WorkerPool) or None (in-process)
 
     @property
     def colocated(self) -> bool:
@@ -51,8 +53,8 @@ class RunContext:
         return builders.pack_config(self.config, self.learner.row_multiple)
 
     def close(self) -> None:
-        for closer in (getattr(self.engine, "close", None), getattr(self.writer, "close", None),
-                       getattr(self.store, "close", None)):
+        for closer in (getattr(self.workers, "close", None), getattr(self.engine, "close", None),
+                       getattr(self.writer, "close", None), getattr(self.store, "close", None)):
             if closer is not None:
                 try:
                     closer()
@@ -92,12 +94,13 @@ def build(config, workdir, *, devices: Optional[Sequence[Any]] = None) -> RunCon
     env_factory = builders.env_factory(config)
     store = rollout.open_store(config, paths.local("traces", config.log.traces_dir)
                                if config.log.store_traces else None)
-    runner = rollout.EpisodeRunner(config, engine, env_factory, tokenizer, store)
+    episode_workers = workers.from_config(config)
+    runner = rollout.EpisodeRunner(config, engine, env_factory, tokenizer, store, backend=episode_workers)
     writer = MetricsWriter(paths.root, tensorboard=bool(config.log.tensorboard))
     return RunContext(config=config, paths=paths, tokenizer=tokenizer, model_cfg=model_cfg, mesh=mesh,
                       rules=rules, peak_flops=peak, learner=learner, engine=engine, weight_sync=sync,
                       env_factory=env_factory, harness=rollout.base_harness(config), runner=runner,
-                      writer=writer, store=store)
+                      writer=writer, store=store, workers=episode_workers)
 
 
 def checkpoint_dir(path) -> str:

@@ -107,10 +107,16 @@ def evaluate_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", har
     h = rollout.base_harness(config, spec=harness or None)
     store = rollout.open_store(config, paths.local("traces", config.log.traces_dir)
                                if config.log.store_traces else None)
-    runner = rollout.EpisodeRunner(config, engine, builders.env_factory(config), tokenizer, store)
+    from harness_jax.harness import workers
+
+    episode_workers = workers.from_config(config)
+    runner = rollout.EpisodeRunner(config, engine, builders.env_factory(config), tokenizer, store,
+                                   backend=episode_workers)
     try:
         res = evaluate_tasks(runner, tasks, h, k=k, temperature=temperature, tag=f"eval-{split}")
     finally:
+        if episode_workers is not None:
+            episode_workers.close()
         if hasattr(engine, "close"):
             engine.close()
     res.update(split=split, k=k, temperature=temperature, policy=source, harness=harness or config.harness.spec or "H0",

@@ -159,16 +159,18 @@ class EpisodeRunner:
 
     Concurrency over all calls on one event loop is capped by ``rollout.concurrency``; the
     engine batches whatever is in flight. Episodes with infrastructure errors are returned
-    flagged (the loop excludes them from groups and metrics).
+    flagged (the loop excludes them from groups and metrics). ``backend``: the episode workers
+    (``harness.workers.from_config``; None runs episodes on the caller's event loop).
     """
 
-    def __init__(self, config, engine, env_factory, tokenizer, store=None):
+    def __init__(self, config, engine, env_factory, tokenizer, store=None, backend=None):
         from harness_jax.harness import sandbox
 
         self.engine = engine
         self.env_factory = env_factory
         self.tokenizer = tokenizer
         self.store = store
+        self.backend = backend
         self.run_id = config.name
         self.env_name = config.env.name
         self.concurrency = int(config.rollout.concurrency)
@@ -193,14 +195,18 @@ class EpisodeRunner:
         h = harness if temperature is None else with_temperature(harness, temperature)
         ex = Executor(engine or self.engine, self.env_factory, h, tokenizer=self.tokenizer,
                       config=ExecutorConfig(concurrency=max(n, 1), seed=int(seed), **self._executor_kw),
-                      run_id=self.run_id, store=self.store if store else None, env_name=self.env_name)
+                      run_id=self.run_id, store=self.store if store else None, env_name=self.env_name,
+                      backend=self.backend)
         sem = self._sem()
 
         async def one(j):
             async with sem:
                 return await ex.run_episode(task, episode_id=f"{group_id}-{j}", group_id=group_id)
 
-        trajs = await asyncio.gather(*[one(j) for j in range(n)])
+        try:
+            trajs = await asyncio.gather(*[one(j) for j in range(n)])
+        finally:
+            ex.release()
         return [to_episode(t, task) for t in trajs]
 
     @property

@@ -74,6 +74,7 @@ class ALFWorldEnv(TextGameEnv):
     """AgentBench-style ALFWorld episodes (``max_steps`` 35 text / 20 function by default)."""
 
     name = ENV_NAME
+    process_concurrency = 1     # concurrent resets of the PDDL engine in one process fail
 
     def __init__(self, protocol: str = "text", max_steps: Optional[int] = None,
                  data_dir: Optional[str] = None, with_expert: bool = False, **kw):
