@@ -47,6 +47,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 from harness_jax.envs.base import Env, Task, ToolCall
 from harness_jax.harness.overlay import HookEffect, Overlay
 from harness_jax.harness.patches import Patch
+from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.trajectory import Segment, Trajectory, TurnEvent
 from harness_jax.sampling import chat
@@ -198,14 +199,25 @@ class _Turn:
 
 class Executor:
     """Runs episodes of ``harness`` (+ ``overlay``) with ``engine`` on environments from
-    ``env_factory``. One executor may run many episodes concurrently (asyncio)."""
+    ``env_factory``. One executor may run many episodes concurrently (asyncio).
 
-    def __init__(self, engine: RolloutEngine, env_factory: Callable[[], Env], harness: HarnessSpec,
-                 tokenizer=None, overlay: Union[None, Patch, Overlay] = None,
+    ``harness`` may be a ``Sibling`` (a spec plus its own patch: Harness-S). Every trajectory
+    records ``meta["sibling_id"]`` (a plain spec's is its harness id) and ``episode_meta``. An
+    ``Overlay`` passed in is shared (its worker pool serves every executor it is given to); one
+    built here from a patch is stopped by ``close()``."""
+
+    def __init__(self, engine: RolloutEngine, env_factory: Callable[[], Env],
+                 harness: Union[HarnessSpec, Sibling], tokenizer=None,
+                 overlay: Union[None, Patch, Overlay] = None,
                  config: ExecutorConfig = ExecutorConfig(), run_id: str = "", store=None,
-                 env_name: Optional[str] = None):
+                 env_name: Optional[str] = None, episode_meta: Optional[dict] = None):
+        if isinstance(harness, Sibling):    # a sibling is a spec plus its own overlay
+            if overlay is not None:
+                raise TypeError("Executor: give a Sibling (spec + its patch) or a spec and an "
+                                "overlay, not a Sibling and an overlay")
+            harness, overlay = harness.spec, harness.patch
         if not isinstance(harness, HarnessSpec):
-            raise TypeError(f"harness must be a HarnessSpec, got {type(harness).__name__}")
+            raise TypeError(f"harness must be a HarnessSpec or a Sibling, got {type(harness).__name__}")
         if tokenizer is None:
             from harness_jax.sampling.tokenizer import load_tokenizer
 
@@ -218,10 +230,15 @@ class Executor:
         self.run_id = run_id
         self.store = store
         self.env_name = env_name
+        self._owns_overlay = isinstance(overlay, Patch)   # built here: close() stops its workers
         if isinstance(overlay, Patch):
             overlay = Overlay(overlay, env_name=env_name or overlay.benchmark or None,
                               timeout_s=config.hook_timeout_s, workers=config.overlay_workers)
         self.overlay: Optional[Overlay] = overlay
+        # which sibling produced the episodes (H0 and plain specs: the spec's id), plus the
+        # caller's provenance (e.g. the Harness-S pool version), recorded in every trajectory
+        self.sibling_id = Sibling(harness, overlay.patch if overlay is not None else None).sibling_id
+        self.episode_meta = dict(episode_meta or {})
         ids = {}
         for tok in ("<|im_end|>", "<|endoftext|>"):
             tid = tokenizer.convert_tokens_to_ids(tok)
@@ -700,8 +717,9 @@ class Executor:
         return step
 
     def close(self) -> None:
-        """Stops the hook workers this executor's overlay started (if it owns any)."""
-        if self.overlay is not None:
+        """Stops the hook workers of the overlay this executor built from a patch (an
+        ``Overlay`` passed in belongs to the caller, who may share it across executors)."""
+        if self.overlay is not None and self._owns_overlay:
             self.overlay.close()
 
     # -- public API ----------------------------------------------------------------------------------
@@ -723,7 +741,8 @@ class Executor:
                               group_id=group_id, run_id=self.run_id,
                               meta={"harness_name": self.harness.name, "split": task.split,
                                     "category": task.category, "sampling_key": sampling_key,
-                                    "sampling_seed": self.config.seed})
+                                    "sampling_seed": self.config.seed,
+                                    "sibling_id": self.sibling_id, **self.episode_meta})
             try:
                 await asyncio.wait_for(
                     self._attempt(task, traj, f"{episode_id}/a{attempt}", sampling_key),
@@ -783,7 +802,8 @@ class Executor:
 
 
 async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], task: Task,
-                      harness: HarnessSpec, overlay: Union[None, Patch, Overlay] = None, *,
+                      harness: Union[HarnessSpec, Sibling],
+                      overlay: Union[None, Patch, Overlay] = None, *,
                       tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
                       episode_id: Optional[str] = None, group_id: str = "", run_id: str = "",
                       store=None) -> Trajectory:
@@ -793,12 +813,11 @@ async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], tas
     try:
         return await ex.run_episode(task, episode_id=episode_id, group_id=group_id)
     finally:
-        if isinstance(overlay, Patch):  # the executor installed it: stop its workers
-            ex.close()
+        ex.close()          # stops the workers of an overlay it built from a patch
 
 
 async def run_episodes(engine: RolloutEngine, env_factory: Callable[[], Env],
-                       tasks: Sequence[Task], harness: HarnessSpec,
+                       tasks: Sequence[Task], harness: Union[HarnessSpec, Sibling],
                        overlay: Union[None, Patch, Overlay] = None, *, n_per_task: int = 1,
                        tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
                        run_id: str = "", store=None) -> list[Trajectory]:
@@ -809,5 +828,4 @@ async def run_episodes(engine: RolloutEngine, env_factory: Callable[[], Env],
     try:
         return await ex.run_episodes(tasks, n_per_task=n_per_task)
     finally:
-        if isinstance(overlay, Patch):
-            ex.close()
+        ex.close()

@@ -51,8 +51,8 @@ class RunContext:
         return builders.pack_config(self.config, self.learner.row_multiple)
 
     def close(self) -> None:
-        for closer in (getattr(self.engine, "close", None), getattr(self.writer, "close", None),
-                       getattr(self.store, "close", None)):
+        for closer in (self.runner.close, getattr(self.engine, "close", None),
+                       getattr(self.writer, "close", None), getattr(self.store, "close", None)):
             if closer is not None:
                 try:
                     closer()

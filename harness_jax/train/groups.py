@@ -32,6 +32,9 @@ class Episode:
     num_turns: int = 0
     infra_error: bool = False         # the environment/engine failed; not a task failure
     trajectory: Any = None            # the executor's full record (for the store / post-processors)
+    sibling_id: str = ""              # the harness (spec + overlay) that produced it (H0: its spec id)
+    pool_version: str = ""            # the Harness-S pool it came from ("" = no pool)
+    masked_turns: int = 0             # turns whose action an overlay overrode: not trained on
 
 
 @dataclasses.dataclass

@@ -1,0 +1,92 @@
+"""Shared set-up of the loop-integration tests: a base experiment config on generated DBBench
+(SQLite, text protocol), a recording wrapper around the scripted policy, and a small frozen pool
+of deterministic-operator siblings whose value depends on the task category.
+
+``ReactivePolicy`` (``doubles``) is a test double for the policy's rollout engine: no trained
+model solves DBBench here, and the tests need failures that depend on the harness. Everything
+else (tokenizer, executor, overlays in sandboxed workers, SQLite environment, runner, collector,
+routers, pool file) is real.
+"""
+from __future__ import annotations
+
+from harness_jax import harness_s
+from harness_jax.envs import dbbench
+from harness_jax.harness.presets import base_harness
+from harness_jax.harness.siblings import Sibling
+from harness_jax.harness_s.editors import OPERATORS, EditContext
+
+from .doubles import ReactivePolicy
+
+CTX = EditContext("dbbench", "text", (), 0)
+
+
+def config(**over):
+    """``common.base_config()`` for generated DBBench on SQLite (text protocol); dotted overrides."""
+    from experiments.configs import common
+
+    c = common.base_config()
+    c.name = "hs_loop_test"
+    c.env.dbbench.engine = "sqlite"
+    c.env.max_turns = 4
+    c.rollout.max_new_tokens = 96
+    c.rollout.max_len = 4096
+    c.rollout.concurrency = 8
+    c.harness.infra_retries = 0
+    c.harness.overlay_workers = 1
+    for k, v in over.items():
+        node = c
+        *parts, last = k.split(".")
+        for p in parts:
+            node = node[p]
+        node[last] = v
+    return c
+
+
+def tasks(categories, n_per_cat=1, seed=3, split="train"):
+    out = []
+    for i, cat in enumerate(categories):
+        out += dbbench.generate_tasks(n_per_cat, seed=seed * 10 + i, split=split, categories=[cat])
+    return out
+
+
+class RecordingPolicy(ReactivePolicy):
+    """The scripted policy, recording the sampling temperature of every request."""
+
+    def __init__(self, tokenizer, items, version=7):
+        super().__init__(tokenizer, items, version)
+        self.temperatures: list[float] = []
+
+    async def generate(self, request):
+        self.temperatures.append(float(request.params.temperature))
+        return await super().generate(request)
+
+
+def policy_for(tokenizer, task_list):
+    items = {t.data["description"] + "\n" + t.data["add_description"]: dict(t.data, _category=t.category)
+             for t in task_list}
+    return RecordingPolicy(tokenizer, items)
+
+
+def h0(cfg=None) -> Sibling:
+    if cfg is None:
+        return Sibling(base_harness("dbbench", "text"), name="H0")
+    from harness_jax.train import rollout
+    return Sibling(rollout.base_harness(cfg), name="H0")
+
+
+def child(parent: Sibling, op: str) -> Sibling:
+    return OPERATORS[op].apply(parent, CTX)
+
+
+def frozen_pool(directory, val_tasks, runner_results, base: Sibling, children):
+    """A frozen pool of ``base`` + ``children`` whose validation results are ``runner_results``
+    (``{sibling_id: {task_id: [bool]}}``)."""
+    entries = [harness_s.PoolEntry(base, 0, None, None, "base", runner_results[base.sibling_id], "v7",
+                                   harness_s.harness_cost(base))]
+    for ch, d in children:
+        entries.append(harness_s.PoolEntry(ch, 1, base.sibling_id, d, f"deterministic:{d}",
+                                           runner_results[ch.sibling_id], "v7", harness_s.harness_cost(ch)))
+    pool = harness_s.SiblingPool(entries, env_name="dbbench", val_task_ids=[t.task_id for t in val_tasks],
+                                 task_info={t.task_id: {"category": t.category, "text": t.data["description"]}
+                                            for t in val_tasks})
+    return harness_s.freeze_pool(pool, str(directory))
