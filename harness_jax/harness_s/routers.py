@@ -41,7 +41,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from harness_jax.config_validation import ConfigValidationError, Problem
+from harness_jax.config_problems import ConfigValidationError, Problem
 from harness_jax.envs.base import content_hash
 from harness_jax.harness.traces import render_trace
 from harness_jax.harness_s.config import (RouterConfig, VoterSpec, router_config_dict,
@@ -527,6 +527,16 @@ def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
     """
     return router_config_problems(cfg, router_names=list(ROUTERS), pool=pool,
                                   pool_size=pool_size, path=path, environ=environ)
+
+
+def find_harness_s_problems(config: Any, *, check_paths: bool = True,
+                            environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of an experiment config's ``harness_s`` section (pool, rescue, router,
+    selector, validation, re-anchoring, evolution, LLM endpoint); for the central validator."""
+    from harness_jax.harness_s.config import harness_s_problems
+
+    return harness_s_problems(config, check_paths=check_paths, router_names=list(ROUTERS),
+                              environ=environ)
 
 
 def validate_router_config(cfg: Any, pool: Optional[Sequence] = None, *,
