@@ -214,7 +214,15 @@ class HarnessSExtension(LoopExtension):
             self.selector = MixtureSelector(self.pool, dict(hs.selector.weights), seed=c.seed)
         if hs.reanchor.every_steps:
             v = hs.validation
-            self.val_tasks = builders.load_tasks(c, v.split, n=v.num_tasks)
+            tasks = builders.load_tasks(c, v.split, n=v.num_tasks)
+            known = set(self.pool.val_task_ids)
+            same = [t for t in tasks if t.task_id in known]
+            if known and not same:
+                logging.warning("harness_s: none of the %d re-anchoring tasks (%s split) is one of the pool's %d "
+                                "validation tasks: the pool was evolved with other harness_s.validation "
+                                "settings; re-anchoring replaces its statistics with these tasks'",
+                                len(tasks), v.split, len(known))
+            self.val_tasks = same or tasks     # the pool's own validation tasks when this config has them
             if hs.reanchor.llm_profiles:
                 from harness_jax.harness_s.profiles import LLMProfiler
                 self.profiler = LLMProfiler(llm_client(c, ctx.paths), seed=int(hs.llm.seed))

@@ -33,6 +33,9 @@ def config(**over):
     c.rollout.concurrency = 8
     c.harness.infra_retries = 0
     c.harness.overlay_workers = 1
+    c.rl.group_size = 2
+    c.rl.tasks_per_step = 3
+    c.harness_s = harness_s.harness_s_section()
     for k, v in over.items():
         node = c
         *parts, last = k.split(".")
