@@ -302,6 +302,21 @@ class Router:
         self.reanchors = list(state["reanchors"])
 
 
+    def adopt_statistics(self, state: Mapping) -> None:
+        """Takes the validation statistics, H0's failure features and the behaviour profiles of
+        another router's ``state_dict()`` over the same pool (e.g. a training run's re-anchored
+        router, for Rank-1 routing of its final policy) and refits the models; the routing
+        decisions, RNG and helper statistics stay this router's."""
+        if list(state.get("pool_ids") or []) != self.pool.ids:
+            raise ValueError("router state was written for another sibling pool; use the pool file "
+                             "the training run used")
+        self.policy_version = str(state["policy_version"])
+        self.results = {k: {t: list(a) for t, a in v.items()} for k, v in state["results"].items()}
+        self.h0_failures = {k: list(v) for k, v in state["h0_failures"].items()}
+        self.profiles = {k: BehaviourProfile.from_dict(v) for k, v in state["profiles"].items()}
+        self._fit()
+
+
 class RandomRouter(Router):
     name = "random"
 

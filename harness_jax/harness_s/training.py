@@ -225,7 +225,8 @@ class HarnessSExtension(LoopExtension):
             self.val_tasks = same or tasks     # the pool's own validation tasks when this config has them
             if hs.reanchor.llm_profiles:
                 from harness_jax.harness_s.profiles import LLMProfiler
-                self.profiler = LLMProfiler(llm_client(c, ctx.paths), seed=int(hs.llm.seed))
+                self.profiler = LLMProfiler(llm_client(c, ctx.paths.local(os.path.join("harness_s", "llm_cache"))),
+                                            seed=int(hs.llm.seed))
         logging.info("harness_s: pool %s (%d siblings, version %s), router %s, rescue %s, selector %s, "
                      "re-anchoring every %s steps", self.pool.path, len(self.pool), pool_version(self.pool),
                      rc.name, "on" if self.rescue else "off", hs.selector.name, hs.reanchor.every_steps or "-")
@@ -357,14 +358,14 @@ class HarnessSExtension(LoopExtension):
                 "reanchors": router.reanchors, "usage": router.usage()}
 
 
-def llm_client(config, paths=None):
-    """The ``harness_s.llm`` endpoint as an ``OpenAIChatClient`` (editor, diagnoser, profiler)."""
+def llm_client(config, default_cache_dir: str = ""):
+    """The ``harness_s.llm`` endpoint as an ``OpenAIChatClient`` (editor, diagnoser, profiler);
+    its response cache is ``harness_s.llm.cache_dir``, else ``default_cache_dir``."""
     from harness_jax.harness_s.llm import make_client
 
     llm = config.harness_s.llm
-    cache = llm.cache_dir or (paths.local(os.path.join("harness_s", "llm_cache")) if paths is not None else "")
     return make_client(llm.base_url, llm.model, api_key_env=llm.api_key_env or None,
-                       cache_dir=cache or None, timeout_s=float(llm.timeout_s))
+                       cache_dir=llm.cache_dir or default_cache_dir or None, timeout_s=float(llm.timeout_s))
 
 
 def uses_pool(config) -> bool:

@@ -93,3 +93,34 @@ def frozen_pool(directory, val_tasks, runner_results, base: Sibling, children):
                                  task_info={t.task_id: {"category": t.category, "text": t.data["description"]}
                                             for t in val_tasks})
     return harness_s.freeze_pool(pool, str(directory))
+
+
+CATS = ["counting", "aggregation-SUM", "DELETE"]
+
+
+def world(tok, pool_dir):
+    """Training and validation tasks (counting: H0 answers without looking; aggregation: H0
+    answers after an SQL error; DELETE: H0 succeeds), the scripted policy and a frozen pool of
+    H0 + four operator siblings with their real validation results."""
+    import types
+
+    from harness_jax.envs import dbbench
+    from harness_jax.train import evaluation, rollout
+
+    train = tasks(CATS, 1, seed=4, split="train")
+    val = tasks(CATS, 2, seed=5, split="search")
+    policy = policy_for(tok, train + val)
+    c = config()
+    base = h0(c)
+    kids = [(child(base, op), op) for op in ("inspect_before_answer", "error_recovery_hint",
+                                              "worked_example", "repeat_guard")]
+    runner = rollout.EpisodeRunner(c, policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), tok)
+    try:
+        results = {}
+        for sib in [base] + [kid for kid, _ in kids]:
+            per = evaluation.run_attempts(runner, val, sib, k=1, temperature=0.0, tag="val")
+            results[sib.sibling_id] = {t.task_id: [bool(e.success) for e in eps] for t, eps in zip(val, per)}
+    finally:
+        runner.close()
+    pool = frozen_pool(pool_dir, val, results, base, kids)
+    return types.SimpleNamespace(train=train, val=val, policy=policy, pool=pool, h0=base, tok=tok)

@@ -7,7 +7,6 @@ re-anchoring; the calibration math through ``train.groups.compute_advantages``."
 import json
 import types
 
-import numpy as np
 import pytest
 
 from harness_jax import harness_s
@@ -19,34 +18,14 @@ from harness_jax.train.workdir import RunPaths
 
 from . import loopkit
 
-CATS = ["counting", "aggregation-SUM", "DELETE"]
-
 
 def _env():
     return dbbench.DBBenchEnv(engine="sqlite", protocol="text")
 
 
-@pytest.fixture(scope="module")
-def world(qwen_tok, tmp_path_factory):
-    """Tasks, the scripted policy, and a frozen pool whose validation results are real runs."""
-    train = loopkit.tasks(CATS, 1, seed=4, split="train")
-    val = loopkit.tasks(CATS, 2, seed=5, split="search")
-    policy = loopkit.policy_for(qwen_tok, train + val)
-    c = loopkit.config()
-    h0 = loopkit.h0(c)
-    kids = [(loopkit.child(h0, op), op) for op in ("inspect_before_answer", "error_recovery_hint",
-                                                   "worked_example", "repeat_guard")]
-    runner = rollout.EpisodeRunner(c, policy, _env, qwen_tok)
-    try:
-        from harness_jax.train import evaluation
-        results = {}
-        for sib in [h0] + [k for k, _ in kids]:
-            per = evaluation.run_attempts(runner, val, sib, k=1, temperature=0.0, tag="val")
-            results[sib.sibling_id] = {t.task_id: [bool(e.success) for e in eps] for t, eps in zip(val, per)}
-    finally:
-        runner.close()
-    pool = loopkit.frozen_pool(tmp_path_factory.mktemp("pool"), val, results, h0, kids)
-    return types.SimpleNamespace(train=train, val=val, policy=policy, pool=pool, h0=h0, tok=qwen_tok)
+@pytest.fixture()
+def world(loop_world):
+    return loop_world
 
 
 def _run(world, tmp_path, router="validation_topk", steps=1, ctx_paths=None, **over):
