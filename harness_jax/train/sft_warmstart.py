@@ -195,7 +195,7 @@ def cache_entry(ctx) -> Optional[str]:
     if not ctx.config.sft.cache_dir:
         return None
     key, _ = sft_cache_key(ctx.config, ctx.tokenizer)
-    return os.path.join(os.path.abspath(ctx.config.sft.cache_dir), f"sft-{key}")
+    return os.path.join(os.path.abspath(os.path.expanduser(ctx.config.sft.cache_dir)), f"sft-{key}")
 
 
 def load_cached(ctx) -> Optional[dict]:

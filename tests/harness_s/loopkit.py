@@ -124,3 +124,24 @@ def world(tok, pool_dir):
         runner.close()
     pool = frozen_pool(pool_dir, val, results, base, kids)
     return types.SimpleNamespace(train=train, val=val, policy=policy, pool=pool, h0=base, tok=tok)
+
+
+def synthetic_pool(directory, env_name: str = "dbbench", n_children: int = 9, protocol: str = "function"):
+    """A frozen pool of H0 + ``n_children`` spec-only siblings (system-prompt variants) with
+    made-up validation results: for config validation, where only the pool's size and
+    environment matter."""
+    import dataclasses
+
+    from harness_jax.harness.presets import base_harness as preset_h0
+
+    spec = preset_h0(env_name, protocol)
+    base = Sibling(spec, name="H0")
+    tids = [f"t{i}" for i in range(4)]
+    entries = [harness_s.PoolEntry(base, 0, None, None, "base", {t: [i == 0] for i, t in enumerate(tids)}, "v0", 1.0)]
+    for j in range(n_children):
+        sib = Sibling(dataclasses.replace(spec, name=f"H0+v{j}", system_prompt=spec.system_prompt + f"\n# variant {j}"),
+                      name=f"H0+v{j}")
+        entries.append(harness_s.PoolEntry(sib, 1, base.sibling_id, f"dir{j}", "test",
+                                           {t: [i == j % 4] for i, t in enumerate(tids)}, "v0", 2.0 + j))
+    pool = harness_s.SiblingPool(entries, env_name=env_name, val_task_ids=tids)
+    return harness_s.freeze_pool(pool, str(directory))
