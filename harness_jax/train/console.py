@@ -116,13 +116,13 @@ def plot_progress(workdir: str, out: str = "") -> Optional[str]:
     ax.set_title("success")
     ax.legend(fontsize=8)
     ax = axes[1]
-    for key, lab in (("groups/zero_variance_fraction", "zero-variance fraction (trained groups)"),
-                     ("rescue/zero_variance_before", "zero-variance before rescue"),
-                     ("rescue/trigger_rate", "rescue trigger rate"),
-                     ("rescue/success_rate", "rescue success rate")):
+    for key, lab, style in (("groups/zero_variance_fraction", "zero-variance fraction (trained groups)", "-o"),
+                            ("rescue/zero_variance_before", "zero-variance before rescue", "--s"),
+                            ("rescue/trigger_rate", "rescue trigger rate", ":^"),
+                            ("rescue/success_rate", "rescue success rate", "-.v")):
         xs, ys = _series(rows, key)
-        if xs:
-            ax.plot(xs, ys, marker=".", label=lab)
+        if xs:                            # distinct styles: equal curves stay visible on top of each other
+            ax.plot(xs, ys, style, markersize=5, fillstyle="none", label=lab)
     ax.set_xlabel("GRPO step")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("GRPO signal and rescue")

@@ -51,6 +51,7 @@ class Trainer:
         from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
 
         self.config = config
+        console.setup_logging(config.log.library_level)   # before Orbax and friends start talking
         self.ctx = context.build(config, workdir, devices=devices)
         self.extensions = list(extensions)      # train.extensions.LoopExtension
         post_processors = list(post_processors)
@@ -177,7 +178,6 @@ class Trainer:
     def run(self) -> dict:
         from harness_jax.envs import registry
 
-        console.setup_logging(self.config.log.library_level)
         prev = _install_sigterm(self._stop)
         try:
             with registry.training_scope(self.config.name):
