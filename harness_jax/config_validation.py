@@ -13,13 +13,13 @@ registries, never from literals typed here.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 from typing import Any, Optional, Sequence
 
 from harness_jax import config_schema, sharding
+from harness_jax.config_problems import ConfigValidationError, Problem  # noqa: F401 (re-exported)
 from harness_jax.rl import losses
 
 MESH_AXES = sharding.MESH_AXES
@@ -27,26 +27,6 @@ DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine", "linear")
 TRAIN_SPLITS = ("train", "search", "selection")   # "test" is sealed: evaluation entry points only
 ALL_SPLITS = ("train", "search", "selection", "test")
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    path: str       # dotted config path, e.g. "rl.group_size"
-    value: Any      # the offending value
-    problem: str    # what is wrong
-    fix: str        # what to do
-
-    def __str__(self) -> str:
-        return f"config.{self.path} = {self.value!r}: {self.problem}. Fix: {self.fix}"
-
-
-class ConfigValidationError(ValueError):
-    """Raised with every problem of a config; ``.problems`` holds them as ``Problem``s."""
-
-    def __init__(self, problems: Sequence[Problem]):
-        self.problems = list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s) in the experiment config:\n{lines}")
 
 
 def validate(config, *, num_devices: Optional[int] = None, check_paths: bool = True,
@@ -97,6 +77,9 @@ def find_problems(config, *, num_devices: Optional[int] = None, check_paths: boo
     _check_ckpt_eval_log(config, bad)
     if "workers" in config:
         _check_workers(config, bad)
+    if "harness_s" in config:             # Harness-S configs (experiments/configs/harness_s/)
+        from harness_jax.harness_s.routers import find_harness_s_problems
+        out += find_harness_s_problems(config, check_paths=check_paths)
     return out
 
 
@@ -463,5 +446,6 @@ def _check_ckpt_eval_log(config, bad):
     if ev.temperature < 0:
         bad("eval.temperature", ev.temperature, "must be >= 0", "0 = greedy")
     _one_of(bad, "log.progress_bar", config.log.progress_bar, ("auto", "on", "off"))
+    _one_of(bad, "log.library_level", str(config.log.library_level).upper(), ("DEBUG", "INFO", "WARNING", "ERROR"))
     if config.log.peak_flops < 0:
         bad("log.peak_flops", config.log.peak_flops, "must be >= 0", "0 = measure on CPU; else the chip's peak FLOP/s")

@@ -6,6 +6,10 @@
 ``--checkpoint`` is an HF directory (config.json + safetensors) or the workdir of a training run
 (the parameters of its latest checkpoint; no optimizer state is read). ``--split=test`` is allowed here only (the test split is sealed for
 training). Writes a results JSON (success, Pass@k, Avg@k, per-category) for table regeneration.
+
+``--routing=rank1`` (Harness-S configs): one harness per task from the sibling pool (H0 included),
+chosen by the router before any rollout, against H0 alone; writes ``eval_<split>_rank1.json``
+(schema ``harness-s-rank1-v1``, docs/harness_s.md). ``--pool`` overrides ``harness_s.pool``.
 """
 import os
 import sys
@@ -24,7 +28,10 @@ _SPLIT = flags.DEFINE_string("split", "selection", "train | search | selection |
 _HARNESS = flags.DEFINE_string("harness", "", "harness spec file or registered name ('' = config.harness.spec)")
 _K = flags.DEFINE_integer("k", 0, "attempts per task (0 = config.eval.k)")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "tasks (0 = config.eval.num_tasks)")
-_OUT = flags.DEFINE_string("out", "", "results JSON path ('' = <workdir>/eval_<split>.json)")
+_OUT = flags.DEFINE_string("out", "", "results JSON path ('' = <workdir>/eval_<split>[_rank1].json)")
+_ROUTING = flags.DEFINE_enum("routing", "h0", ["h0", "rank1"], "h0: one harness for every task; "
+                             "rank1: Harness-S Rank-1 routing over the pool (and H0 for comparison)")
+_POOL = flags.DEFINE_string("pool", "", "--routing=rank1: pool file ('' = config.harness_s.pool)")
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags()
 
@@ -42,9 +49,14 @@ def main(argv):
             tasks = builders.load_tasks(config, "test", n)   # a list: made inside the seal
     else:
         tasks = builders.load_tasks(config, _SPLIT.value, n)
-    res = evaluation.evaluate_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value,
-                                   split=_SPLIT.value, harness=_HARNESS.value, k=_K.value,
-                                   out=_OUT.value)
+    if _ROUTING.value == "rank1":
+        from harness_jax.harness_s import rank1
+        res = rank1.rank1_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value, k=_K.value,
+                               split=_SPLIT.value, pool_path=_POOL.value, out=_OUT.value)
+    else:
+        res = evaluation.evaluate_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value,
+                                       split=_SPLIT.value, harness=_HARNESS.value, k=_K.value,
+                                       out=_OUT.value)
     logging.info("results: %s", res)
 
 

@@ -147,6 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft.seed_offset = 1000              # demo tasks use env.task_seed + this (disjoint from the GRPO stream)
     c.sft.demo_concurrency = 32           # demonstrations recorded concurrently through the executor
     c.sft.ckpt_every_steps = 50           # SFT checkpoint period (a killed warm start resumes from the last one)
+    c.sft.cache_dir = ""                  # local cache of finished warm starts keyed by their config ("" = off); runs with equal keys share one
 
     # ---------------------------------------------------------------- episode workers
     c.workers = config_schema.workers_section()  # where episodes run: in-process (default), local processes or Ray
@@ -169,7 +170,9 @@ def base_config() -> ml_collections.ConfigDict:
     # ---------------------------------------------------------------- logging
     c.log = ml_collections.ConfigDict()
     c.log.tensorboard = True              # TensorBoard event files under <workdir>/tb (metrics.jsonl always)
-    c.log.progress_bar = "auto"           # "auto" (only on a TTY) | "on" | "off"
+    c.log.progress_bar = "auto"           # "auto" (only on a TTY) | "on" | "off"; one bar per phase (SFT, GRPO, eval, ...)
+    c.log.library_level = "WARNING"       # log records of other libraries (Orbax, JAX, absl) below this level are dropped ("INFO" shows all)
+    c.log.plot = True                     # <workdir>/progress.png: success and rescue statistics over steps (local workdirs)
     c.log.peak_flops = 0.0                # per-device peak FLOP/s for MFU (0 = measure a matmul at start-up on CPU)
     c.log.store_traces = True             # full traces in the trajectory store
     c.log.traces_dir = ""                 # local dir of the trajectory store ("" = <workdir>/traces; needed for gs:// workdirs)

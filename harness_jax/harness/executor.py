@@ -51,6 +51,7 @@ from harness_jax.envs.base import Env, Task, ToolCall
 from harness_jax.harness import workers
 from harness_jax.harness.overlay import HookEffect, Overlay
 from harness_jax.harness.patches import Patch
+from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.trajectory import Segment, Trajectory, TurnEvent
 from harness_jax.sampling import chat
@@ -202,14 +203,26 @@ class _Turn:
 
 class Executor:
     """Runs episodes of ``harness`` (+ ``overlay``) with ``engine`` on environments from
-    ``env_factory``. One executor may run many episodes concurrently (asyncio)."""
+    ``env_factory``. One executor may run many episodes concurrently (asyncio).
 
-    def __init__(self, engine: RolloutEngine, env_factory: Callable[[], Env], harness: HarnessSpec,
-                 tokenizer=None, overlay: Union[None, Patch, Overlay] = None,
+    ``harness`` may be a ``Sibling`` (a spec plus its own patch: Harness-S). Every trajectory
+    records ``meta["sibling_id"]`` (a plain spec's is its harness id) and ``episode_meta``. An
+    ``Overlay`` passed in is shared (its worker pool serves every executor it is given to); one
+    built here from a patch is stopped by ``close()``."""
+
+    def __init__(self, engine: RolloutEngine, env_factory: Callable[[], Env],
+                 harness: Union[HarnessSpec, Sibling], tokenizer=None,
+                 overlay: Union[None, Patch, Overlay] = None,
                  config: ExecutorConfig = ExecutorConfig(), run_id: str = "", store=None,
-                 env_name: Optional[str] = None, backend=None):
+                 env_name: Optional[str] = None, backend=None,
+                 episode_meta: Optional[dict] = None):
+        if isinstance(harness, Sibling):    # a sibling is a spec plus its own overlay
+            if overlay is not None:
+                raise TypeError("Executor: give a Sibling (spec + its patch) or a spec and an "
+                                "overlay, not a Sibling and an overlay")
+            harness, overlay = harness.spec, harness.patch
         if not isinstance(harness, HarnessSpec):
-            raise TypeError(f"harness must be a HarnessSpec, got {type(harness).__name__}")
+            raise TypeError(f"harness must be a HarnessSpec or a Sibling, got {type(harness).__name__}")
         if tokenizer is None:
             from harness_jax.sampling.tokenizer import load_tokenizer
 
@@ -222,6 +235,7 @@ class Executor:
         self.run_id = run_id
         self.store = store
         self.env_name = env_name
+        self._owns_overlay = isinstance(overlay, Patch)   # built here: close() stops its workers
         if isinstance(overlay, Patch):
             overlay = Overlay(overlay, env_name=env_name or overlay.benchmark or None,
                               timeout_s=config.hook_timeout_s, workers=config.overlay_workers)
@@ -230,6 +244,10 @@ class Executor:
         self.backend = backend if getattr(backend, "remote", False) else None
         self._recipe: Optional[workers.Ref] = None
         self._remote_stats: dict[int, dict] = {}
+        # which sibling produced the episodes (H0 and plain specs: the spec's id), plus the
+        # caller's provenance (e.g. the Harness-S pool version), recorded in every trajectory
+        self.sibling_id = Sibling(harness, overlay.patch if overlay is not None else None).sibling_id
+        self.episode_meta = dict(episode_meta or {})
         ids = {}
         for tok in ("<|im_end|>", "<|endoftext|>"):
             tid = tokenizer.convert_tokens_to_ids(tok)
@@ -708,9 +726,10 @@ class Executor:
         return step
 
     def close(self) -> None:
-        """Stops the hook workers this executor's overlay started (if it owns any) and releases
-        what episode workers built for it."""
-        if self.overlay is not None:
+        """Stops the hook workers of the overlay this executor built from a patch (an
+        ``Overlay`` passed in belongs to the caller, who may share it across executors) and
+        releases what episode workers built for it."""
+        if self.overlay is not None and self._owns_overlay:
             self.overlay.close()
         self.release()
 
@@ -776,7 +795,8 @@ class Executor:
                           group_id=group_id, run_id=self.run_id,
                           meta={"harness_name": self.harness.name, "split": task.split,
                                 "category": task.category, "sampling_key": sampling_key,
-                                "sampling_seed": self.config.seed})
+                                "sampling_seed": self.config.seed,
+                                "sibling_id": self.sibling_id, **self.episode_meta})
 
     def _infra_trajectory(self, traj: Trajectory, errors: list[str]) -> Trajectory:
         """Every attempt failed on infrastructure: flagged, never scored or trained on."""
@@ -807,7 +827,7 @@ class Executor:
                 overlay_timeout_s=ov.timeout_s if ov is not None else self.config.hook_timeout_s,
                 overlay_workers=ov.workers if ov is not None else None,
                 config=self.config, run_id=self.run_id, env_name=self.env_name,
-                tokenizer=self.backend.share(self.tokenizer))
+                tokenizer=self.backend.share(self.tokenizer), episode_meta=self.episode_meta)
             self._recipe = self.backend.share(recipe, deps=(recipe.tokenizer,))
         return self._recipe
 
@@ -912,6 +932,7 @@ class _Recipe:
     run_id: str
     env_name: Optional[str]
     tokenizer: "workers.Ref"
+    episode_meta: dict = dataclasses.field(default_factory=dict)
 
 
 async def _remote_episode(ctx: "workers.WorkerContext", recipe: "workers.Ref", task: Task,
@@ -927,7 +948,7 @@ async def _remote_episode(ctx: "workers.WorkerContext", recipe: "workers.Ref", t
                               workers=r.overlay_workers)
         return Executor(ctx.engine(), r.env_factory, r.harness,
                         tokenizer=ctx.resident(r.tokenizer), overlay=overlay, config=r.config,
-                        run_id=r.run_id, env_name=r.env_name)
+                        run_id=r.run_id, env_name=r.env_name, episode_meta=r.episode_meta)
 
     ex = ctx.cached(recipe.key, build)
     traj = await ex.run_episode(task, episode_id=episode_id, group_id=group_id,
@@ -936,7 +957,8 @@ async def _remote_episode(ctx: "workers.WorkerContext", recipe: "workers.Ref", t
 
 
 async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], task: Task,
-                      harness: HarnessSpec, overlay: Union[None, Patch, Overlay] = None, *,
+                      harness: Union[HarnessSpec, Sibling],
+                      overlay: Union[None, Patch, Overlay] = None, *,
                       tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
                       episode_id: Optional[str] = None, group_id: str = "", run_id: str = "",
                       store=None, backend=None) -> Trajectory:
@@ -947,11 +969,11 @@ async def run_episode(engine: RolloutEngine, env_factory: Callable[[], Env], tas
     try:
         return await ex.run_episode(task, episode_id=episode_id, group_id=group_id)
     finally:
-        _done_with(ex, overlay)
+        ex.close()          # stops the workers of an overlay it built from a patch
 
 
 async def run_episodes(engine: RolloutEngine, env_factory: Callable[[], Env],
-                       tasks: Sequence[Task], harness: HarnessSpec,
+                       tasks: Sequence[Task], harness: Union[HarnessSpec, Sibling],
                        overlay: Union[None, Patch, Overlay] = None, *, n_per_task: int = 1,
                        tokenizer=None, config: ExecutorConfig = ExecutorConfig(),
                        run_id: str = "", store=None, backend=None) -> list[Trajectory]:
@@ -963,11 +985,4 @@ async def run_episodes(engine: RolloutEngine, env_factory: Callable[[], Env],
     try:
         return await ex.run_episodes(tasks, n_per_task=n_per_task)
     finally:
-        _done_with(ex, overlay)
-
-
-def _done_with(ex: Executor, overlay) -> None:
-    if isinstance(overlay, Patch):  # the executor installed it: stop its hook workers
         ex.close()
-    else:
-        ex.release()

@@ -83,16 +83,33 @@ class Trajectory:
     created_at: float = dataclasses.field(default_factory=time.time)
     meta: dict = dataclasses.field(default_factory=dict)
 
-    def to_token_segments(self, advantage: float = 0.0) -> list[TokenSegment]:
-        """Training segments for the learner (empty for infrastructure failures)."""
+    def overridden_turns(self) -> list[TurnEvent]:
+        """Turns whose proposed action an overlay's ``on_before_action`` rewrote, forced or
+        blocked: the environment did not execute what the policy sampled."""
+        return [ev for ev in self.turns
+                if any(i.get("hook") == "on_before_action" for i in ev.interventions)]
+
+    def to_token_segments(self, advantage: float = 0.0, *,
+                          mask_overridden: bool = False) -> list[TokenSegment]:
+        """Training segments for the learner (empty for infrastructure failures).
+
+        ``mask_overridden``: the sampled tokens of ``overridden_turns()`` get loss mask 0 (they
+        stay in the context): the policy is never credited for an action it did not take.
+        """
         if self.infra_error:
             return []
+        masks = [list(seg.loss_mask) for seg in self.segments]
+        if mask_overridden:
+            for ev in self.overridden_turns():
+                if 0 <= ev.segment < len(masks) and ev.n_sampled:
+                    m = masks[ev.segment]
+                    m[ev.start:ev.start + ev.n_sampled] = [0] * len(m[ev.start:ev.start + ev.n_sampled])
         out = []
-        for seg in self.segments:
-            if not any(seg.loss_mask):
+        for seg, mask in zip(self.segments, masks):
+            if not any(mask):
                 continue
             out.append(TokenSegment(
-                token_ids=list(seg.token_ids), loss_mask=list(seg.loss_mask),
+                token_ids=list(seg.token_ids), loss_mask=mask,
                 rollout_logprobs=list(seg.logprobs), reward=float(self.reward),
                 advantage=advantage, group_id=self.group_id, episode_id=self.episode_id,
                 task_id=self.task_id, harness_id=self.harness_id,

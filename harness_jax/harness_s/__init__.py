@@ -13,9 +13,14 @@ Public API::
                               config=harness_s.EvolutionConfig(env_name="dbbench"))
     pool = result.freeze(directory)                 # pool-<hash>.json (read-only) + .md report
 
+The training loop integration (rescue, routing, re-anchoring) is ``harness_s.training``, the
+pool-evolution entry point ``harness_s.evolve_run`` and Rank-1 evaluation ``harness_s.rank1``;
+they import the training loop, so this package's ``__init__`` does not import them.
+
 See docs/harness_s.md for the design and the interfaces the training loop uses.
 """
-from harness_jax.harness_s.config import RouterConfig, VoterSpec, router_config
+from harness_jax.harness_s.config import (RouterConfig, VoterSpec, harness_s_section,
+                                          router_config)
 from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joint_coverage
 from harness_jax.harness_s.editors import (OPERATORS, DeterministicEditor, EditContext,
                                            EditOperator, EditOutcome, Editor, LLMEditor,
@@ -33,7 +38,8 @@ from harness_jax.harness_s.rootcause import (Direction, LLMDiagnoser, RootCause,
                                              extract_root_cause, label_failures,
                                              repair_directions)
 from harness_jax.harness_s.routers import (ROUTERS, Router, aggregate_rankings,
-                                           find_router_problems, make_router, reanchor,
+                                           find_harness_s_problems, find_router_problems,
+                                           make_router, reanchor,
                                            reanchor_from_trajectories, register_router,
                                            validate_router_config)
 
@@ -43,7 +49,8 @@ __all__ = [
     "LLMDiagnoser", "LLMEditor", "LLMProfiler", "OPERATORS", "PairedResult", "PoolEntry",
     "ROUTERS", "RescueRecord", "RootCause", "Router", "RouterConfig", "SiblingPool",
     "SuccessModel", "VoterSpec", "aggregate_rankings", "coverage_select", "evolve",
-    "exclusive_tasks", "executor_rollout", "extract_root_cause", "failure_features", "find_router_problems",
+    "exclusive_tasks", "executor_rollout", "extract_root_cause", "failure_features",
+    "find_harness_s_problems", "find_router_problems", "harness_s_section",
     "freeze_pool", "harness_cost", "joint_coverage", "label_failures", "load_pool",
     "make_editor", "make_router", "pair_trajectories", "pool_report", "reanchor",
     "reanchor_from_trajectories", "register_operator", "register_router", "repair_directions",

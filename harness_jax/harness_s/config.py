@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 import ml_collections
 from ml_collections import config_dict
 
-from harness_jax.config_validation import Problem
+from harness_jax.config_problems import Problem
 
 METRICS = ("rescue_rate", "success_rate")
 AGGREGATIONS = ("borda", "rrf")
@@ -270,3 +270,191 @@ def router_config_dict(rc: RouterConfig) -> dict:
                       "cache_dir": rc.cache_dir, "max_tokens": rc.vote_max_tokens,
                       "timeout_s": rc.vote_timeout_s, "excerpt_chars": rc.excerpt_chars},
             "log": {"path": rc.log_path, "max_decisions": rc.max_decisions}}
+
+
+# ------------------------------------------------------------------ the whole harness_s section
+SELECTORS = ("h0", "mixture")
+SPLIT_MODES = ("split", "per_helper")          # = rescue.SPLIT_MODES
+CALIBRATIONS = ("with_original", "replaced")   # = rescue.CALIBRATIONS
+
+
+def harness_s_section() -> ml_collections.ConfigDict:
+    """The experiment config's ``harness_s`` section (``experiments/configs/harness_s/``)."""
+    s = ml_collections.ConfigDict()
+    s.pool = ""                     # frozen pool file (pool-<hash>.json from launch/evolve.py); "" = none (GRPO only)
+    s.rescue = ml_collections.ConfigDict()
+    s.rescue.enabled = True         # replace all-failed H0 groups by attempts under router-picked helpers
+    s.rescue.split = "split"        # "split": the G attempts are shared by the K helpers | "per_helper": G each
+    s.rescue.calibration = "with_original"  # advantage statistics over the G original failures + the rescue | "replaced": the rescue alone
+    s.router = router_config()      # which helpers (and Rank-1 at evaluation); see docs/harness_s.md
+    s.selector = ml_collections.ConfigDict()
+    s.selector.name = "h0"          # harness a group is first rolled out under: "h0" | "mixture" (the fixed-mixture baseline)
+    s.selector.weights = config_dict.ConfigDict({}, type_safe=False)  # mixture: {sibling name or id: weight}; empty = uniform over the pool (H0 included)
+    s.validation = ml_collections.ConfigDict()
+    s.validation.split = "search"   # split of the validation tasks (evolution's children, re-anchoring)
+    s.validation.num_tasks = 32     # validation tasks
+    s.validation.k = 2              # attempts per validation task
+    s.validation.temperature = 0.0  # sampling temperature of validation attempts (0 = rollout.temperature)
+    s.reanchor = ml_collections.ConfigDict()
+    s.reanchor.every_steps = 0      # re-run validation of H0 and every sibling every N GRPO steps (0 = fixed profiles)
+    s.reanchor.llm_profiles = False  # behaviour profiles by the harness_s.llm endpoint (False: offline summariser)
+    s.evolve = ml_collections.ConfigDict()
+    s.evolve.editor = "deterministic"  # "deterministic" (edit operators) | "llm" | "auto" (operators, then the LLM)
+    s.evolve.diagnoser = False      # label uncertain failures with the harness_s.llm endpoint
+    s.evolve.num_train_tasks = 32   # fresh training tasks whose failures give the repair directions
+    s.evolve.train_attempts = 1     # episodes per training task
+    s.evolve.seed_offset = 2000     # training tasks use env.task_seed + this (disjoint from SFT and the GRPO stream)
+    s.evolve.max_generations = 3    # generations of children
+    s.evolve.max_child_evaluations = 32  # budget: children evaluated on the validation split
+    s.evolve.parents_per_generation = 2  # parents chosen by greedy joint validation coverage
+    s.evolve.max_directions = 3     # repair directions edited per parent
+    s.evolve.children_per_direction = 2  # proposals per (parent, direction)
+    s.evolve.min_failures = 2       # failures a root cause needs to become a direction
+    s.evolve.min_val_solved = 1     # a child must solve at least this many validation tasks
+    s.evolve.out_dir = ""           # where the pool file and report go ("" = <workdir>/pool)
+    s.llm = ml_collections.ConfigDict()
+    s.llm.base_url = ""             # OpenAI-compatible endpoint of the editor, diagnoser and profiler ("" = offline)
+    s.llm.model = ""                # its model name
+    s.llm.api_key_env = ""          # NAME of the environment variable holding the key ("" = no auth)
+    s.llm.temperature = 0.7         # editor sampling temperature (diagnoser and profiler use 0)
+    s.llm.seed = 0                  # base seed of the calls
+    s.llm.cache_dir = ""            # content-addressed response cache ("" = off)
+    s.llm.timeout_s = 120.0         # per-request HTTP timeout
+    return s
+
+
+def _pos(bad, path, v, lo=1, fix=None):
+    if not _is_int(v) or v < lo:
+        bad(path, v, f"must be an integer >= {lo}", fix or f"set --config.{path} >= {lo}")
+
+
+def harness_s_problems(config: Any, *, check_paths: bool = True, router_names: Sequence[str] = (),
+                       environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of ``config.harness_s`` (and its consistency with the rest of the config);
+    empty when fine. Loads the pool file to check the router against its size."""
+    s = config.harness_s
+    out: list[Problem] = []
+    env = os.environ if environ is None else environ
+
+    def bad(path, value, problem, fix):
+        out.append(Problem(path, value, problem, fix))
+
+    pool = _pool_problems(config, bad, check_paths)
+    if s.rescue.split not in SPLIT_MODES:
+        bad("harness_s.rescue.split", s.rescue.split, f"unknown mode; allowed: {', '.join(SPLIT_MODES)}",
+            "set --config.harness_s.rescue.split=split")
+    if s.rescue.calibration not in CALIBRATIONS:
+        bad("harness_s.rescue.calibration", s.rescue.calibration,
+            f"unknown calibration; allowed: {', '.join(CALIBRATIONS)}",
+            "set --config.harness_s.rescue.calibration=with_original")
+    if s.rescue.enabled or s.pool:
+        out += router_config_problems(s.router, router_names=router_names, pool=pool,
+                                      path="harness_s.router", environ=env)
+    _selector_problems(s, bad, pool)
+    v = s.validation
+    if v.split == "test":
+        bad("harness_s.validation.split", v.split, "the test split is sealed: evolution and re-anchoring never read it",
+            "use 'search' (or 'selection')")
+    elif v.split not in ("train", "search", "selection"):
+        bad("harness_s.validation.split", v.split, "unknown split", "use 'search'")
+    _pos(bad, "harness_s.validation.num_tasks", v.num_tasks)
+    _pos(bad, "harness_s.validation.k", v.k)
+    if not _is_num(v.temperature) or v.temperature < 0:
+        bad("harness_s.validation.temperature", v.temperature, "must be >= 0", "0 = the run's rollout.temperature")
+    _pos(bad, "harness_s.reanchor.every_steps", s.reanchor.every_steps, 0,
+         "set --config.harness_s.reanchor.every_steps=0 (never) or N > 0")
+    _evolve_problems(s, bad)
+    _llm_problems(s, bad, env)
+    return out
+
+
+def _pool_problems(config, bad, check_paths):
+    """The pool file: exists, loads, same environment; required when something uses it."""
+    s = config.harness_s
+    if not s.pool:
+        uses = [w for w, on in (("rescue", s.rescue.enabled), ("the mixture selector", s.selector.name == "mixture"),
+                                ("re-anchoring", s.reanchor.every_steps)) if on]
+        if uses:
+            bad("harness_s.pool", s.pool, f"{uses[0]} needs a sibling pool",
+                "run launch/evolve.py and set --config.harness_s.pool=<pool-<hash>.json>, or turn "
+                "harness_s.rescue.enabled off (GRPO only)")
+        return None
+    if not check_paths:
+        return None
+    if not os.path.isfile(s.pool):
+        bad("harness_s.pool", s.pool, "no pool file at this path",
+            "run launch/evolve.py and point --config.harness_s.pool at the pool-<hash>.json it writes")
+        return None
+    from harness_jax.harness_s.pool import load_pool
+    try:
+        pool = load_pool(s.pool)
+    except Exception as e:  # noqa: BLE001 - any unreadable pool is a config problem
+        bad("harness_s.pool", s.pool, f"the pool cannot be loaded ({e})",
+            "point it at an unmodified pool file written by launch/evolve.py")
+        return None
+    if pool.env_name and pool.env_name != config.env.name:
+        bad("harness_s.pool", s.pool, f"the pool was evolved on {pool.env_name!r}, the run is "
+            f"on {config.env.name!r}", "evolve a pool for this environment")
+    return pool
+
+
+def _selector_problems(s, bad, pool) -> None:
+    if s.selector.name not in SELECTORS:
+        bad("harness_s.selector.name", s.selector.name, f"unknown selector; allowed: {', '.join(SELECTORS)}",
+            "set --config.harness_s.selector.name=h0")
+    weights = s.selector.weights or {}
+    for key in weights:
+        if not _is_num(weights[key]) or weights[key] < 0:
+            bad(f"harness_s.selector.weights.{key}", weights[key], "a weight must be a number >= 0",
+                "use non-negative numbers (they are normalised)")
+        elif pool is not None:
+            try:
+                pool.resolve(str(key))
+            except KeyError as e:
+                bad(f"harness_s.selector.weights.{key}", weights[key], f"names no sibling of the pool ({e.args[0]})",
+                    "use a sibling name or id from the pool report")
+    if weights and all(_is_num(weights[k]) and weights[k] == 0 for k in weights):
+        bad("harness_s.selector.weights", dict(weights), "all weights are 0",
+            "give at least one sibling a positive weight, or leave it empty for uniform")
+
+
+def _evolve_problems(s, bad) -> None:
+    from harness_jax.harness_s.editors import EDITORS
+
+    e = s.evolve
+    if e.editor not in EDITORS:
+        bad("harness_s.evolve.editor", e.editor, f"unknown editor; allowed: {', '.join(EDITORS)}",
+            "set --config.harness_s.evolve.editor=deterministic")
+    for f in ("num_train_tasks", "train_attempts", "max_generations", "parents_per_generation",
+              "max_directions", "children_per_direction", "min_failures"):
+        _pos(bad, f"harness_s.evolve.{f}", e[f])
+    for f in ("seed_offset", "max_child_evaluations", "min_val_solved"):
+        _pos(bad, f"harness_s.evolve.{f}", e[f], 0)
+
+
+def _llm_problems(s, bad, env) -> None:
+    needs_llm = [p for p, on in (("harness_s.evolve.editor", s.evolve.editor in ("llm", "auto")),
+                                 ("harness_s.evolve.diagnoser", bool(s.evolve.diagnoser)),
+                                 ("harness_s.reanchor.llm_profiles", bool(s.reanchor.llm_profiles))) if on]
+    llm = s.llm
+    if needs_llm and not llm.base_url:
+        bad("harness_s.llm.base_url", llm.base_url, f"{', '.join(needs_llm)} need(s) an LLM endpoint",
+            "set --config.harness_s.llm.base_url (and .model), or use the offline implementations")
+    if llm.base_url:
+        if not str(llm.base_url).startswith(("http://", "https://")):
+            bad("harness_s.llm.base_url", llm.base_url, "must be an http(s):// URL of an OpenAI-compatible API",
+                "e.g. http://host:30000/v1")
+        if not llm.model:
+            bad("harness_s.llm.model", llm.model, "is empty", "name the model to call")
+        key = str(llm.api_key_env or "")
+        if key and not _ENV_NAME.fullmatch(key):
+            bad("harness_s.llm.api_key_env", f"<{len(key)} characters>",
+                "must be the NAME of an environment variable, never the key itself",
+                "e.g. api_key_env='OPENAI_API_KEY' and export the key under that name")
+        elif key and not env.get(key):
+            bad("harness_s.llm.api_key_env", key, f"the environment variable {key} is unset",
+                f"export {key}=<your key> before the run, or set api_key_env='' for an endpoint without auth")
+    if not _is_num(llm.temperature) or llm.temperature < 0:
+        bad("harness_s.llm.temperature", llm.temperature, "must be >= 0", "e.g. 0.7")
+    if not _is_num(llm.timeout_s) or llm.timeout_s <= 0:
+        bad("harness_s.llm.timeout_s", llm.timeout_s, "must be > 0", "e.g. 120")

@@ -105,14 +105,35 @@ class RescueRecord:
     triggered: bool
     infra_error: bool = False                       # an original rollout hit infrastructure
     helper_results: dict = dataclasses.field(default_factory=dict)  # sid -> [success|None]
-    final_rewards: list[float] = dataclasses.field(default_factory=list)  # the trained group
+    final_rewards: list[float] = dataclasses.field(default_factory=list)  # the group's advantage statistics
     wall_s: float = 0.0                             # rescue rollouts' wall time
+    started: Optional[float] = None                 # perf_counter() when the rescue began ...
+    ended: Optional[float] = None                   # ... and ended (concurrent rescues overlap)
+
+
+def _busy_seconds(records: Sequence[RescueRecord]) -> float:
+    """Wall time during which at least one rescue ran: the union of the records' ``[started,
+    ended]`` intervals (rescues of concurrent groups overlap), plus ``wall_s`` of records
+    without an interval."""
+    spans = sorted((r.started, r.ended) for r in records if r.started is not None and r.ended is not None)
+    total, cur = 0.0, None
+    for a, b in spans:
+        if cur is None or a > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = [a, b]
+        else:
+            cur[1] = max(cur[1], b)
+    if cur is not None:
+        total += cur[1] - cur[0]
+    return total + sum(r.wall_s for r in records if r.started is None or r.ended is None)
 
 
 def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.0) -> dict:
     """Per-step rescue statistics: trigger rate, rescue success rate (triggered groups with at
     least one successful helper attempt), helper attempt success rate, zero-variance fraction
-    before and after rescue, per-helper calls/attempts/successes, rescue wall-time fraction."""
+    before and after rescue, per-helper calls/attempts/successes, rescue wall time (the union
+    of the concurrent rescues' intervals) as a fraction of ``step_wall_s``."""
     n = len(records)
 
     def zero_var(r):
@@ -132,7 +153,7 @@ def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.
             p["successes"] += sum(ok)
             att_n += len(ok)
             att_s += sum(ok)
-    wall = sum(r.wall_s for r in records)
+    wall = _busy_seconds(records)
     return {"groups": n, "rescue_triggered": len(trig),
             "rescue_trigger_rate": len(trig) / n if n else 0.0,
             "rescue_success_rate": len(rescued) / len(trig) if trig else 0.0,

@@ -41,7 +41,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from harness_jax.config_validation import ConfigValidationError, Problem
+from harness_jax.config_problems import ConfigValidationError, Problem
 from harness_jax.envs.base import content_hash
 from harness_jax.harness.traces import render_trace
 from harness_jax.harness_s.config import (RouterConfig, VoterSpec, router_config_dict,
@@ -302,6 +302,21 @@ class Router:
         self.reanchors = list(state["reanchors"])
 
 
+    def adopt_statistics(self, state: Mapping) -> None:
+        """Takes the validation statistics, H0's failure features and the behaviour profiles of
+        another router's ``state_dict()`` over the same pool (e.g. a training run's re-anchored
+        router, for Rank-1 routing of its final policy) and refits the models; the routing
+        decisions, RNG and helper statistics stay this router's."""
+        if list(state.get("pool_ids") or []) != self.pool.ids:
+            raise ValueError("router state was written for another sibling pool; use the pool file "
+                             "the training run used")
+        self.policy_version = str(state["policy_version"])
+        self.results = {k: {t: list(a) for t, a in v.items()} for k, v in state["results"].items()}
+        self.h0_failures = {k: list(v) for k, v in state["h0_failures"].items()}
+        self.profiles = {k: BehaviourProfile.from_dict(v) for k, v in state["profiles"].items()}
+        self._fit()
+
+
 class RandomRouter(Router):
     name = "random"
 
@@ -527,6 +542,16 @@ def find_router_problems(cfg: Any, *, pool: Optional[Sequence] = None,
     """
     return router_config_problems(cfg, router_names=list(ROUTERS), pool=pool,
                                   pool_size=pool_size, path=path, environ=environ)
+
+
+def find_harness_s_problems(config: Any, *, check_paths: bool = True,
+                            environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
+    """Every problem of an experiment config's ``harness_s`` section (pool, rescue, router,
+    selector, validation, re-anchoring, evolution, LLM endpoint); for the central validator."""
+    from harness_jax.harness_s.config import harness_s_problems
+
+    return harness_s_problems(config, check_paths=check_paths, router_names=list(ROUTERS),
+                              environ=environ)
 
 
 def validate_router_config(cfg: Any, pool: Optional[Sequence] = None, *,

@@ -50,6 +50,24 @@ def restore_params(directory, abstract_params, step: Optional[int] = None):
         mgr.close()
 
 
+def restore_meta(directory, step: Optional[int] = None) -> tuple[Optional[dict], Optional[int]]:
+    """``(meta, step)`` of the checkpoint at ``step`` (default: the latest) under ``directory``
+    without touching its arrays (the loop state in ``meta["data_state"]``); ``(None, None)``
+    when the directory holds no checkpoint."""
+    path = resolve(directory)
+    if not path.exists():
+        return None, None
+    mgr = ocp.CheckpointManager(path, item_names=("state", "meta"))
+    try:
+        step = mgr.latest_step() if step is None else int(step)
+        if step is None:
+            return None, None
+        out = mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(out["meta"]), step
+    finally:
+        mgr.close()
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     directory: str

@@ -86,7 +86,7 @@ def episode_seed(seed: int, step: int, index: int) -> int:
 
 
 def harness_id(h) -> str:
-    for attr in ("harness_id", "id", "name"):
+    for attr in ("sibling_id", "harness_id", "id", "name"):
         v = getattr(h, attr, None)
         if isinstance(v, str) and v:
             return v

@@ -49,11 +49,17 @@ class RunContext:
         model = self.learner.model(self.learner.params_copy() if self.colocated else None)
         self.weight_sync(model, self.learner.policy_version)
 
+    def load_params(self, path) -> int:
+        """Installs the latest parameters of the checkpoints under ``path`` in the learner (and
+        as its KL reference); returns their step."""
+        return init_from(self.learner, path)
+
     def pack_config(self):
         return builders.pack_config(self.config, self.learner.row_multiple)
 
     def close(self) -> None:
-        for closer in (getattr(self.workers, "close", None), getattr(self.engine, "close", None),
+        for closer in (self.runner.close, getattr(self.workers, "close", None),
+                       getattr(self.engine, "close", None),
                        getattr(self.writer, "close", None), getattr(self.store, "close", None)):
             if closer is not None:
                 try:

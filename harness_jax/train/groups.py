@@ -32,6 +32,9 @@ class Episode:
     num_turns: int = 0
     infra_error: bool = False         # the environment/engine failed; not a task failure
     trajectory: Any = None            # the executor's full record (for the store / post-processors)
+    sibling_id: str = ""              # the harness (spec + overlay) that produced it (H0: its spec id)
+    pool_version: str = ""            # the Harness-S pool it came from ("" = no pool)
+    masked_turns: int = 0             # turns whose action an overlay overrode: not trained on
 
 
 @dataclasses.dataclass
@@ -42,18 +45,27 @@ class Group:
     harness_id: str = ""
     # bookkeeping for logging and for post-processors (e.g. the original failures of a rescue)
     info: dict = dataclasses.field(default_factory=dict)
+    # rewards that join the group's advantage statistics (mean, std) without being trained on:
+    # a Harness-S rescue's original H0 failures under calibration "with_original"
+    baseline_rewards: list = dataclasses.field(default_factory=list)
 
     @property
     def rewards(self) -> np.ndarray:
         return np.asarray([e.reward for e in self.episodes], np.float32)
 
     @property
+    def stats_rewards(self) -> np.ndarray:
+        """The rewards the advantage statistics are taken over: ``baseline_rewards`` first, then
+        the trained episodes'."""
+        return np.concatenate([np.asarray(self.baseline_rewards, np.float32), self.rewards])
+
+    @property
     def zero_variance(self) -> bool:
-        """All rewards equal (or no episode): the group carries no GRPO signal
+        """All rewards of the statistics equal (or no episode): the group carries no GRPO signal
         (``rl.losses.zero_variance``, the one definition)."""
         from harness_jax.rl import losses
-        r = self.rewards
-        return len(r) == 0 or bool(losses.zero_variance(r[None, :])[0])
+        r = self.stats_rewards
+        return len(self.episodes) == 0 or bool(losses.zero_variance(r[None, :])[0])
 
     @property
     def success_rate(self) -> float:
@@ -97,19 +109,23 @@ def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std
 
     Each group is normalised on its own (groups may differ in size after a rescue) over its
     *episodes*: an episode counts once however many segments (sliding-window pieces, context
-    resets) it produced, and all of its segments share its advantage.
+    resets) it produced, and all of its segments share its advantage. A group's
+    ``baseline_rewards`` join its statistics but get no advantage of their own (Harness-S
+    rescue calibration: the G original failures next to the rescue attempts, so an all-success
+    rescue still teaches; ``harness_s.rescue_advantages_G`` is the same math).
     """
     from harness_jax.rl import losses
 
     zero = 0
     for g in groups:
-        r_1G = g.rewards[None, :]
-        if r_1G.shape[1] < 2:
-            adv = np.zeros_like(r_1G)
+        r_1N = g.stats_rewards[None, :]
+        nb = len(g.baseline_rewards)
+        if r_1N.shape[1] < 2:
+            adv = np.zeros_like(r_1N)
         else:
-            adv = np.asarray(losses.group_advantages(r_1G, eps=eps, scale=scale, baseline=baseline))
+            adv = np.asarray(losses.group_advantages(r_1N, eps=eps, scale=scale, baseline=baseline))
         zero += int(g.zero_variance)
-        for ep, a in zip(g.episodes, adv[0]):
+        for ep, a in zip(g.episodes, adv[0, nb:]):
             for seg in ep.segments:
                 seg.advantage = float(a)
                 seg.reward = float(ep.reward)

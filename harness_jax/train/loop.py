@@ -25,6 +25,7 @@ SIGTERM finishes the current step (or SFT step), saves, and exits cleanly.
 """
 from __future__ import annotations
 
+import json
 import queue
 import signal
 import threading
@@ -35,7 +36,7 @@ import numpy as np
 from absl import logging
 
 from harness_jax.rl import perf
-from harness_jax.train import builders, context, groups as groups_lib, telemetry, workdir as workdir_lib
+from harness_jax.train import builders, console, context, groups as groups_lib, telemetry, workdir as workdir_lib
 from harness_jax.train.collect import Batch, Collector
 from harness_jax.train.data import TaskStream
 from harness_jax.train.groups import FixedHarness
@@ -45,11 +46,19 @@ class Trainer:
     """One run: ``Trainer(config, workdir)`` builds the run context, ``run()`` executes it."""
 
     def __init__(self, config, workdir, *, post_processors: Sequence[Any] = (),
-                 harness_selector: Any = None, devices: Optional[Sequence[Any]] = None):
+                 harness_selector: Any = None, extensions: Sequence[Any] = (),
+                 devices: Optional[Sequence[Any]] = None):
         from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
 
         self.config = config
+        console.setup_logging(config.log.library_level)   # before Orbax and friends start talking
         self.ctx = context.build(config, workdir, devices=devices)
+        self.extensions = list(extensions)      # train.extensions.LoopExtension
+        post_processors = list(post_processors)
+        for ext in self.extensions:
+            ext.attach(self.ctx)
+            post_processors += list(ext.post_processors())
+            harness_selector = ext.harness_selector() or harness_selector
         self._stop = threading.Event()          # SIGTERM / request_stop()
         self.step = 0
         self.sft_done = not config.sft.enabled
@@ -70,7 +79,9 @@ class Trainer:
     def _meta(self, stream_state: dict) -> dict:
         return {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                 "stream": stream_state, "sft_done": self.sft_done, "history": self.history,
-                "config_name": self.config.name}
+                "config_name": self.config.name,
+                # each extension's state as one JSON string (any JSON value survives Orbax's meta)
+                "extensions": {e.name: json.dumps(e.state_dict()) for e in self.extensions}}
 
     def save(self, stream_state: Optional[dict] = None) -> None:
         t0 = time.perf_counter()
@@ -87,6 +98,10 @@ class Trainer:
         self.sft_done = bool(meta["sft_done"])
         self.history = meta.get("history") or {"eval": []}
         self.stream.restore(meta["stream"])
+        states = meta.get("extensions") or {}
+        for ext in self.extensions:
+            if ext.name in states:
+                ext.load_state_dict(json.loads(states[ext.name]))
         if learner.ref_params is not None and self.config.sft.enabled and self.sft_done:
             # the KL reference is the policy RL started from: the warm start's final checkpoint
             context.init_reference(learner, self.ctx.paths.sft_checkpoints)
@@ -131,7 +146,7 @@ class Trainer:
         c = self.config
         t0 = time.perf_counter()
         res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=c.eval.k,
-                                        temperature=c.eval.temperature, tag=tag)
+                                        temperature=c.eval.temperature, tag=tag, progress=c.log.progress_bar)
         res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
         self.history["eval"].append(res)
         self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
@@ -217,6 +232,8 @@ class Trainer:
         if self.step % c.rollout.sync_every == 0 or self.step == c.num_steps:
             with timer.phase("weight_sync"):
                 self.ctx.sync_weights()
+        for ext in self.extensions:
+            metrics.update(ext.after_update(self, timer))
         if producer is not None:
             producer.step_done(self.step)
         # the stream position to resume from: before the oldest batch not yet trained on
@@ -231,8 +248,26 @@ class Trainer:
         metrics.update(timer.pop())
         metrics["time/step_s"] = time.perf_counter() - t_step
         metrics["policy_version"] = float(self.ctx.learner.policy_version)
+        for ext in self.extensions:
+            metrics.update(ext.step_metrics(batch, metrics))
         self.ctx.writer.write(self.step, metrics)
+        logging.info("%s", console.step_line(self.step, c.num_steps, metrics,
+                                             self.history["eval"][-1] if self.history["eval"] else None))
+        if c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0:
+            self.plot()
         return metrics, last_state, stop
+
+    def plot(self) -> None:
+        """``<workdir>/progress.png`` (``log.plot``; local workdirs; a failing plot only warns)."""
+        from harness_jax.paths import is_local
+
+        if not self.config.log.plot or not is_local(self.ctx.paths.root):
+            return
+        try:
+            self.ctx.writer.flush()
+            console.plot_progress(str(self.ctx.paths.root))
+        except Exception as e:  # noqa: BLE001 - a plot must never stop training
+            logging.warning("progress plot failed: %s", e)
 
     def _finish(self, preempted: bool, last_state: dict) -> dict:
         c = self.config
@@ -241,9 +276,11 @@ class Trainer:
             self.save(last_state)
             if c.ckpt.export_hf:
                 self._export_hf()
+        self.plot()
         summary = {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                    "preempted": preempted, "resumed_from": self.resumed_from,
-                   "eval": self.history["eval"], "sft": self.history.get("sft")}
+                   "eval": self.history["eval"], "sft": self.history.get("sft"),
+                   **{e.name: e.summary() for e in self.extensions}}
         workdir_lib.write_json(self.ctx.paths.summary, summary)
         return summary
 
@@ -260,6 +297,8 @@ class Trainer:
     def close(self) -> None:
         try:
             self.ckpt.close()
+            for ext in self.extensions:
+                ext.close()
         finally:
             self.ctx.close()
 

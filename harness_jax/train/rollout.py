@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import os
 import shutil
+import threading
 import time
 from typing import Callable, Optional
 
@@ -124,9 +125,28 @@ def base_harness(config, spec: Optional[str] = None):
     rules = dataclasses.replace(h.rules, max_tokens_per_turn=int(r.max_new_tokens),
                                 **({"max_turns": int(config.env.max_turns)} if config.env.max_turns > 0 else {}))
     memory = dataclasses.replace(h.memory, max_context_tokens=int(r.max_len))
-    return dataclasses.replace(h, rules=rules, memory=memory, temperature=float(r.temperature),
-                               top_p=float(r.top_p), top_k=int(r.top_k),
-                               enable_thinking=bool(config.harness.thinking))
+    return dataclasses.replace(h, rules=rules, memory=memory, **sampling_settings(config))
+
+
+def sampling_settings(config) -> dict:
+    """The run's sampling settings (what the learner's log-probabilities assume)."""
+    r = config.rollout
+    return dict(temperature=float(r.temperature), top_p=float(r.top_p), top_k=int(r.top_k),
+                enable_thinking=bool(config.harness.thinking))
+
+
+def sibling_spec(spec, config):
+    """A sibling's spec as this run executes it: the run's sampling settings replace the
+    sibling's own (the learner recomputes log-probabilities at ``rollout.temperature``, so a
+    helper's tokens must be sampled at it), and the engine's budgets cap its turn and context
+    lengths. Everything else (prompts, rules, turn limit, memory policy) stays the sibling's."""
+    r = config.rollout
+    rules = dataclasses.replace(spec.rules, max_tokens_per_turn=min(int(spec.rules.max_tokens_per_turn),
+                                                                    int(r.max_new_tokens)))
+    memory = dataclasses.replace(spec.memory, max_context_tokens=min(int(spec.memory.max_context_tokens),
+                                                                     int(r.max_len)))
+    out = dataclasses.replace(spec, rules=rules, memory=memory, **sampling_settings(config))
+    return spec if out == spec else out
 
 
 def with_temperature(harness, temperature: float):
@@ -146,16 +166,28 @@ def open_store(config, traces_dir: Optional[str]):
 
 
 def to_episode(traj, task) -> Episode:
-    segs = traj.to_token_segments()
+    """The loop's view of a trajectory. Overlay credit rule: the sampled tokens of a turn whose
+    action an overlay rewrote, forced or blocked (``on_before_action``) are masked out of the
+    loss (they stay in the context): the policy is never credited, or blamed, for an action it
+    did not take. Its other turns train as usual."""
+    segs = traj.to_token_segments(mask_overridden=True)
     pv = min((s.policy_version for s in segs), default=int(traj.policy_version))
     return Episode(episode_id=traj.episode_id, task=task, harness_id=traj.harness_id,
                    reward=float(traj.reward or 0.0), success=bool(traj.success), segments=segs,
                    policy_version=int(pv), num_turns=len(traj.turns), infra_error=bool(traj.infra_error),
-                   trajectory=traj)
+                   trajectory=traj, sibling_id=str(traj.meta.get("sibling_id", traj.harness_id)),
+                   pool_version=str(traj.meta.get("pool_version", "")),
+                   masked_turns=len(traj.overridden_turns()) if not traj.infra_error else 0)
 
 
 class EpisodeRunner:
     """Runs ``n`` episodes of one task under one harness through the harness executor.
+
+    The harness is a ``HarnessSpec`` (H0, a named or file harness) or a Harness-S ``Sibling``
+    (spec + optional overlay patch). A sibling runs with the run's sampling settings
+    (``sibling_spec``), and its overlay gets one worker pool for the whole run, reused across
+    episodes and steps (``close()`` stops them). Every episode records its sibling id and
+    ``pool_version`` (the Harness-S pool's content hash, set by whoever loads the pool).
 
     Concurrency over all calls on one event loop is capped by ``rollout.concurrency``; the
     engine batches whatever is in flight. Episodes with infrastructure errors are returned
@@ -163,9 +195,11 @@ class EpisodeRunner:
     (``harness.workers.from_config``; None runs episodes on the caller's event loop).
     """
 
-    def __init__(self, config, engine, env_factory, tokenizer, store=None, backend=None):
+    def __init__(self, config, engine, env_factory, tokenizer, store=None, backend=None, *,
+                 pool_version: str = ""):
         from harness_jax.harness import sandbox
 
+        self.config = config
         self.engine = engine
         self.env_factory = env_factory
         self.tokenizer = tokenizer
@@ -174,11 +208,39 @@ class EpisodeRunner:
         self.run_id = config.name
         self.env_name = config.env.name
         self.concurrency = int(config.rollout.concurrency)
+        self.pool_version = pool_version
         h = config.harness
         self._executor_kw = dict(infra_retries=int(h.infra_retries), hook_timeout_s=float(h.hook_timeout_s),
                                  overlay_workers=int(h.overlay_workers))
         sandbox.configure_default_sandbox(int(h.hook_workers))
         self._sems: dict = {}
+        self._overlays: dict = {}          # sibling id -> Overlay (one worker pool each)
+        self._specs: dict = {}             # sibling id -> its spec under the run's settings
+        self._lock = threading.Lock()      # the async producer and the learner thread share this
+
+    def resolve(self, harness):
+        """``(spec, overlay or None)`` the executor runs for ``harness`` (a spec or a Sibling)."""
+        from harness_jax.harness.overlay import Overlay
+        from harness_jax.harness.siblings import Sibling
+
+        if not isinstance(harness, Sibling):
+            return harness, None
+        sid = harness.sibling_id
+        with self._lock:
+            if sid not in self._specs:
+                self._specs[sid] = sibling_spec(harness.spec, self.config)
+                if harness.patch is not None:
+                    self._overlays[sid] = Overlay(harness.patch, env_name=self.env_name,
+                                                  timeout_s=self._executor_kw["hook_timeout_s"],
+                                                  workers=self._executor_kw["overlay_workers"])
+            return self._specs[sid], self._overlays.get(sid)
+
+    def close(self) -> None:
+        """Stops the siblings' overlay workers."""
+        with self._lock:
+            overlays, self._overlays, self._specs = list(self._overlays.values()), {}, {}
+        for ov in overlays:
+            ov.close()
 
     def _sem(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
@@ -192,11 +254,15 @@ class EpisodeRunner:
                   temperature: Optional[float] = None, store: bool = True) -> list[Episode]:
         from harness_jax.harness.executor import Executor, ExecutorConfig
 
-        h = harness if temperature is None else with_temperature(harness, temperature)
-        ex = Executor(engine or self.engine, self.env_factory, h, tokenizer=self.tokenizer,
+        spec, overlay = self.resolve(harness)
+        h = spec if temperature is None else with_temperature(spec, temperature)
+        meta = {"pool_version": self.pool_version} if self.pool_version else {}
+        if spec is not harness:            # a sibling: its pool id, not that of the run's copy
+            meta["sibling_id"] = harness.sibling_id
+        ex = Executor(engine or self.engine, self.env_factory, h, tokenizer=self.tokenizer, overlay=overlay,
                       config=ExecutorConfig(concurrency=max(n, 1), seed=int(seed), **self._executor_kw),
                       run_id=self.run_id, store=self.store if store else None, env_name=self.env_name,
-                      backend=self.backend)
+                      backend=self.backend, episode_meta=meta)
         sem = self._sem()
 
         async def one(j):

@@ -11,6 +11,14 @@ starts from the policy, checkpointed under ``<workdir>/sft_checkpoints``: a warm
 half-way resumes from its last checkpoint (the demonstrations are recorded again, identically).
 The result becomes the GRPO learner's parameters *and* its KL reference (the policy the RL phase
 starts from), and is pushed to the rollout engine.
+
+SFT cache (``sft.cache_dir``): a finished warm start is also published, read-only in spirit, as
+``<cache_dir>/sft-<key>/`` (its Orbax checkpoint plus ``key.json``); a later run whose key is
+the same copies it into its own ``sft_checkpoints/`` and skips recording and training. The key
+(``sft_cache_key``) hashes the whole config except the fields that cannot change the warm start
+(run name, GRPO-only settings, evaluation, checkpointing, logging, Harness-S) plus the
+tokenizer's vocabulary, so a GRPO-only control and a Harness-S run of the same preset share one
+warm start. It covers the config, not the code: clear the cache after changing SFT code.
 """
 from __future__ import annotations
 
@@ -21,7 +29,7 @@ from typing import Callable, Optional, Sequence
 from absl import logging
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateRequest, GenerateResult, RolloutEngine
-from harness_jax.train import builders
+from harness_jax.train import builders, telemetry
 
 
 class DemoEngine(RolloutEngine):
@@ -72,15 +80,20 @@ async def record_demonstrations(ctx, tasks) -> list:
 
     end = special_token_ids(ctx.tokenizer)["<|im_end|>"]
     sem = asyncio.Semaphore(int(ctx.config.sft.demo_concurrency))
+    bar = telemetry.Progress(len(tasks), 0, ctx.config.log.progress_bar, desc="sft demos")
 
     async def one(i, task):
         async with sem:
             eng = DemoEngine(ctx.tokenizer, demo_replies(ctx.config, task), end)
             eps = await ctx.runner.run(task, ctx.harness, 1, f"demo-{i}", seed=i, engine=eng,
                                        temperature=0.0, store=False)
+            bar.update(1)
             return eps[0]
 
-    return list(await asyncio.gather(*[one(i, t) for i, t in enumerate(tasks)]))
+    try:
+        return list(await asyncio.gather(*[one(i, t) for i, t in enumerate(tasks)]))
+    finally:
+        bar.close()
 
 
 def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict:
@@ -93,6 +106,9 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
 
     c = ctx.config
     s = c.sft
+    cached = load_cached(ctx)
+    if cached is not None:
+        return cached
     t0 = time.perf_counter()
     tasks = builders.load_tasks(c, c.env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
     episodes = asyncio.run(record_demonstrations(ctx, tasks))
@@ -111,10 +127,17 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
                                          save_interval_steps=int(s.ckpt_every_steps), save_on_sigterm=False))
     resumed_from = ckpt.latest_step()
     t_train = time.perf_counter()
+    bar = telemetry.Progress(batches.total_steps, int(resumed_from or 0), c.log.progress_bar, desc="sft")
+    log_step = _log_every(10, batches.total_steps)
+
+    def on_step(step, m):
+        log_step(step, m)
+        bar.update(1, nll=float(m["nll"]))
     try:
         history = sft.train_sft(learner, batches, checkpointer=ckpt, writer=ctx.writer, should_stop=should_stop,
-                                on_step=_log_every(10, batches.total_steps))
+                                on_step=on_step)
     finally:
+        bar.close()
         ckpt.close()
     train_s = time.perf_counter() - t_train
     out = {"demos": len(episodes), "demos_succeeded": len(good), "steps": batches.steps,
@@ -126,7 +149,99 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     if batches.finished:
         ctx.learner.set_params(learner.state["params"], reset_reference=True)
         ctx.sync_weights()
+        publish(ctx)
     return out
+
+
+# ------------------------------------------------------------------------------------ SFT cache
+# Fields that cannot change the warm start's result (everything else is in the key).
+_NOT_IN_KEY = {
+    "": ("name", "num_steps", "eval", "ckpt", "log", "harness_s"),
+    "sft": ("cache_dir", "ckpt_every_steps", "demo_concurrency"),
+    "opt": ("lr", "schedule", "warmup_steps"),               # GRPO's (SFT has its own)
+    "env": ("eval_split",),
+    "harness": ("infra_retries", "hook_timeout_s", "hook_workers", "overlay_workers"),
+    "rollout": ("mode", "server_urls", "sync_dir", "sync_every", "request_timeout_s", "max_slots",
+                "prefill_buckets", "decode_steps", "cache_dtype", "temperature", "top_p", "top_k",
+                "concurrency"),                          # demonstrations are replayed, not sampled
+    "rl": ("group_size", "tasks_per_step", "eps_low", "eps_high", "dual_clip", "tis_mode", "tis_cap",
+           "tis_low", "tis_high", "agg", "norm_constant", "adv_eps", "adv_scale", "adv_baseline",
+           "kl_coef", "kl_estimator", "kl_clamp", "entropy_coef", "epochs", "mini_batches",
+           "recompute_old_logp", "dynamic_sampling", "max_oversample_rounds", "async_mode",
+           "max_staleness"),
+}
+
+
+def sft_cache_key(config, tokenizer) -> tuple[str, dict]:
+    """``(key, keyed fields)`` of the warm start ``config`` describes with ``tokenizer``."""
+    import hashlib
+    import json
+
+    d = config.to_dict()
+    for section, names in _NOT_IN_KEY.items():
+        node = d if not section else d.get(section, {})
+        for n in names:
+            node.pop(n, None)
+    vocab = sorted(tokenizer.get_vocab().items())
+    d["tokenizer_vocab_sha256"] = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+    text = json.dumps(d, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16], d
+
+
+def cache_entry(ctx) -> Optional[str]:
+    """``<sft.cache_dir>/sft-<key>`` of this run (None when the cache is off)."""
+    import os
+
+    if not ctx.config.sft.cache_dir:
+        return None
+    key, _ = sft_cache_key(ctx.config, ctx.tokenizer)
+    return os.path.join(os.path.abspath(os.path.expanduser(ctx.config.sft.cache_dir)), f"sft-{key}")
+
+
+def load_cached(ctx) -> Optional[dict]:
+    """A cached warm start copied into this run and installed (learner, KL reference, engine), or
+    None when the cache is off or has no entry for this run's key."""
+    import os
+    import shutil
+
+    entry = cache_entry(ctx)
+    if entry is None or not os.path.exists(os.path.join(entry, "DONE")):
+        return None
+    dest = str(ctx.paths.sft_checkpoints)
+    if os.path.exists(dest):
+        shutil.rmtree(dest)                 # an unfinished local warm start: the cache replaces it
+    shutil.copytree(os.path.join(entry, "checkpoints"), dest)
+    step = ctx.load_params(dest)
+    ctx.sync_weights()
+    logging.info("SFT warm start from the cache %s (step %d)", entry, step)
+    return {"finished": True, "cached": entry, "steps": int(step)}
+
+
+def publish(ctx) -> Optional[str]:
+    """Copies this run's finished warm start into the cache (atomically: a temporary directory
+    renamed into place; an entry that already exists is kept)."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    entry = cache_entry(ctx)
+    if entry is None or os.path.exists(entry):
+        return entry
+    os.makedirs(os.path.dirname(entry), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(entry) + ".tmp-", dir=os.path.dirname(entry))
+    try:
+        shutil.copytree(str(ctx.paths.sft_checkpoints), os.path.join(tmp, "checkpoints"))
+        with open(os.path.join(tmp, "key.json"), "w") as f:
+            json.dump(sft_cache_key(ctx.config, ctx.tokenizer)[1], f, indent=1, sort_keys=True, default=str)
+        open(os.path.join(tmp, "DONE"), "w").close()
+        os.rename(tmp, entry)
+        logging.info("SFT warm start cached at %s", entry)
+    except OSError as e:                    # another run published it first, or the disk is full
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.exists(entry):
+            logging.warning("could not cache the SFT warm start at %s: %s", entry, e)
+    return entry
 
 
 def _log_every(n: int, total: int):

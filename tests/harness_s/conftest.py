@@ -17,3 +17,11 @@ def chat_server():
     srv = ChatServer()
     yield srv
     srv.close()
+
+
+@pytest.fixture(scope="session")
+def loop_world(qwen_tok, tmp_path_factory):
+    """Tasks of three categories, the scripted policy and a frozen pool of H0 + four operator
+    siblings whose validation results are real runs (``loopkit``)."""
+    from . import loopkit
+    return loopkit.world(qwen_tok, tmp_path_factory.mktemp("pool"))

@@ -1,0 +1,388 @@
+"""Harness-S inside the GRPO loop: rescue, routing, re-anchoring, router state in checkpoints.
+
+    from harness_jax.harness_s import training
+    summary = training.train(config, workdir)      # what launch/train.py runs
+
+``train`` is ``train.loop.train`` plus ``HarnessSExtension`` when the config has a ``harness_s``
+section that uses a pool (plain GRPO otherwise). The extension (a ``train.extensions.
+LoopExtension``):
+
+* loads the frozen pool (``harness_s.pool``) and tags every episode with its version (the
+  pool's content hash, first 16 characters);
+* builds the router (``make_router(config.harness_s.router, pool)``) with its decision log in
+  ``<workdir>/harness_s/routing.jsonl`` unless ``router.log.path`` names another file;
+* adds ``RescueProcessor`` as a group post-processor (``rescue.enabled``);
+* optionally replaces the harness selector by ``MixtureSelector`` (the fixed-mixture baseline);
+* re-anchors every ``reanchor.every_steps`` steps: validation of H0 and every sibling with the
+  current policy, all episodes in flight together, then ``reanchor_from_trajectories``;
+* saves the router state (and how many decision-log lines it covers) in every checkpoint and
+  restores both on resume (the log is cut back to the checkpoint, so a replayed step does not
+  log its decisions twice);
+* writes the per-step rescue metrics (``rescue/*``), per-sibling episode counts and the voters'
+  usage.
+
+Rescue (``RescueProcessor``): a group rolled out under H0 whose G episodes all failed, with no
+infrastructure error, is handed to the router, which picks K distinct helpers; the G attempts
+are split over them (``rescue.split="split"``) or each helper gets G (``"per_helper"``). The
+helper episodes replace the group: each is trained in its own context (its sibling's prompt and
+overlay), on the policy's tokens only (``train.rollout.to_episode`` masks turns an overlay
+overrode). With ``rescue.calibration="with_original"`` (default) the G original failures join
+the advantage statistics as the group's ``baseline_rewards`` (``train.groups.compute_advantages``,
+the one advantage path): an all-success rescue then gets a positive advantage instead of zero.
+A rescue whose helper episodes all hit infrastructure errors keeps the original group.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import threading
+import time
+import zlib
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from harness_jax.harness_s.pool import SiblingPool, load_pool
+from harness_jax.harness_s.rescue import (RescueRecord, rescue_step_metrics, rescue_trigger,
+                                          split_attempts)
+from harness_jax.harness_s.routers import Router, make_router, reanchor_from_trajectories
+from harness_jax.train.extensions import LoopExtension
+from harness_jax.train.groups import Group
+
+
+def pool_version(pool: SiblingPool) -> str:
+    """What episodes record as their pool version: the pool's content hash (16 hex digits)."""
+    return (pool.content_hash or "")[:16]
+
+
+def sibling_labels(pool: SiblingPool) -> dict[str, str]:
+    """A short metric-safe label per sibling id (its name; ``name@id`` where names repeat)."""
+    names = [e.name for e in pool.entries]
+    out = {}
+    for e in pool.entries:
+        base = re.sub(r"[^A-Za-z0-9_.+-]", "_", e.name or e.sibling_id)[:60]
+        out[e.sibling_id] = base if names.count(e.name) == 1 else f"{base}@{e.sibling_id[:10]}"
+    return out
+
+
+class RouterAccess:
+    """The router behind a lock: the async rollout producer ranks and records outcomes while the
+    learner thread re-anchors and checkpoints."""
+
+    def __init__(self, router: Router):
+        self.router = router
+        self.lock = threading.Lock()
+
+    def rank(self, task, episodes, step: int) -> tuple[list[str], int]:
+        with self.lock:
+            ids = self.router.rank(task, episodes, step=step)
+            return ids, self.router.last_decision_id
+
+    def record_outcome(self, decision_id: int, outcomes: dict) -> None:
+        with self.lock:
+            self.router.record_outcome(decision_id, outcomes)
+
+
+class RescueProcessor:
+    """The rescue ``GroupPostProcessor`` (see the module docstring)."""
+
+    def __init__(self, pool: SiblingPool, router: RouterAccess, *, group_size: int, split: str = "split",
+                 calibration: str = "with_original", base_ids: Sequence[str] = ()):
+        self.pool = pool
+        self.router = router
+        self.group_size = int(group_size)
+        self.split = split
+        self.calibration = calibration
+        self.base_ids = set(base_ids) | {pool.ids[0]}   # groups rolled out under H0
+        self._records: dict[int, list[RescueRecord]] = {}
+        self._lock = threading.Lock()
+
+    def _record(self, step: int, rec: RescueRecord) -> None:
+        with self._lock:
+            self._records.setdefault(int(step), []).append(rec)
+
+    def pop_records(self, step: int) -> list[RescueRecord]:
+        with self._lock:
+            return self._records.pop(int(step), [])
+
+    async def __call__(self, group: Group, rollout, step: int) -> Optional[Group]:
+        infra = int(group.info.get("infra_errors", 0)) > 0
+        rec = RescueRecord(original_rewards=[float(r) for r in group.rewards], triggered=False,
+                           infra_error=infra)
+        under_h0 = group.harness_id in self.base_ids
+        if not under_h0 or not rescue_trigger([e.success for e in group.episodes],
+                                              [infra] * len(group.episodes)):
+            rec.final_rewards = list(rec.original_rewards)
+            self._record(step, rec)
+            return group
+        rec.triggered = True
+        rec.started = time.perf_counter()
+        helpers, decision = await asyncio.to_thread(self.router.rank, group.task, group.episodes, step)
+        plan = split_attempts(self.group_size, helpers, self.split)
+
+        async def helper(i, sid, n):
+            seed = zlib.crc32(f"{group.group_id}/rescue/{sid}".encode()) % (2 ** 31 - 1)
+            return await rollout(group.task, self.pool.entry(sid).sibling, n,
+                                 f"{group.group_id}-r{i}", seed=seed)
+
+        results = await asyncio.gather(*[helper(i, sid, n) for i, (sid, n) in enumerate(plan)])
+        outcomes = {sid: [None if e.infra_error else bool(e.success) for e in eps]
+                    for (sid, _), eps in zip(plan, results)}
+        await asyncio.to_thread(self.router.record_outcome, decision, outcomes)
+        rec.helper_results = outcomes
+        rec.ended = time.perf_counter()
+        rec.wall_s = rec.ended - rec.started
+        new = [e for eps in results for e in eps if not e.infra_error]
+        info = dict(group.info, rescue={
+            "decision_id": decision, "helpers": [sid for sid, _ in plan],
+            "attempts": {sid: n for sid, n in plan}, "original_episodes": [e.episode_id for e in group.episodes],
+            "original_rewards": rec.original_rewards, "calibration": self.calibration,
+            "helper_infra_errors": sum(e.infra_error for eps in results for e in eps)})
+        if not new:          # every helper attempt failed on infrastructure: nothing to score
+            rec.final_rewards = list(rec.original_rewards)
+            self._record(step, rec)
+            return dataclasses.replace(group, info=info)
+        baseline = list(rec.original_rewards) if self.calibration == "with_original" else []
+        out = Group(group.group_id, group.task, new, harness_id="rescue", info=info,
+                    baseline_rewards=baseline)
+        rec.final_rewards = [float(r) for r in out.stats_rewards]
+        self._record(step, rec)
+        return out
+
+
+class MixtureSelector:
+    """The fixed-mixture baseline's ``HarnessSelector``: each task's group is rolled out under a
+    sibling drawn from fixed weights over the whole pool (H0 included), independently per
+    (step, task), reproducibly from the seed."""
+
+    def __init__(self, pool: SiblingPool, weights: dict, seed: int = 0):
+        w = {pool.resolve(str(k)): float(v) for k, v in (weights or {}).items()}
+        self.pool = pool
+        self.seed = int(seed)
+        p = np.asarray([w.get(i, 0.0 if w else 1.0) for i in pool.ids], np.float64)
+        self.p = p / p.sum()
+
+    def __call__(self, task, step: int):
+        rng = np.random.default_rng([self.seed, int(step), zlib.crc32(str(task.task_id).encode())])
+        return self.pool[int(rng.choice(len(self.pool), p=self.p))]
+
+
+class HarnessSExtension(LoopExtension):
+    """Harness-S's plug-in of the training loop (module docstring)."""
+
+    name = "harness_s"
+
+    def __init__(self, config):
+        self.config = config
+        self.hs = config.harness_s
+        self.pool: Optional[SiblingPool] = None
+        self.access: Optional[RouterAccess] = None
+        self.rescue: Optional[RescueProcessor] = None
+        self.selector: Optional[MixtureSelector] = None
+        self.val_tasks: list = []
+        self.labels: dict[str, str] = {}
+        self.log_path = ""
+        self.profiler = None
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def attach(self, ctx) -> None:
+        from harness_jax.train import builders
+
+        hs, c = self.hs, self.config
+        self.pool = load_pool(hs.pool)
+        self.labels = sibling_labels(self.pool)
+        ctx.runner.pool_version = pool_version(self.pool)
+        h0 = self.pool.entries[0].sibling
+        if h0.patch is not None or h0.spec.content() != ctx.harness.content():
+            logging.warning("harness_s: the pool's H0 (%s) differs from this run's base harness (%s): the "
+                            "pool was evolved under other settings; rescue still triggers on this run's H0",
+                            h0.spec.harness_id, ctx.harness.harness_id)
+        self.log_path = ctx.paths.local(os.path.join("harness_s", "routing.jsonl"), hs.router.log.path)
+        from harness_jax.harness_s.config import RouterConfig
+        rc = RouterConfig.from_config(hs.router)
+        rc = dataclasses.replace(rc, log_path=self.log_path, cache_dir=rc.cache_dir or ctx.paths.local(
+            os.path.join("harness_s", "llm_cache")), include_base=False)
+        self.access = RouterAccess(make_router(rc, self.pool))
+        if hs.rescue.enabled:
+            self.rescue = RescueProcessor(self.pool, self.access, group_size=c.rl.group_size,
+                                          split=hs.rescue.split, calibration=hs.rescue.calibration,
+                                          base_ids=[ctx.harness.harness_id])
+        if hs.selector.name == "mixture":
+            self.selector = MixtureSelector(self.pool, dict(hs.selector.weights), seed=c.seed)
+        if hs.reanchor.every_steps:
+            v = hs.validation
+            tasks = builders.load_tasks(c, v.split, n=v.num_tasks)
+            known = set(self.pool.val_task_ids)
+            same = [t for t in tasks if t.task_id in known]
+            if known and not same:
+                logging.warning("harness_s: none of the %d re-anchoring tasks (%s split) is one of the pool's %d "
+                                "validation tasks: the pool was evolved with other harness_s.validation "
+                                "settings; re-anchoring replaces its statistics with these tasks'",
+                                len(tasks), v.split, len(known))
+            self.val_tasks = same or tasks     # the pool's own validation tasks when this config has them
+            if hs.reanchor.llm_profiles:
+                from harness_jax.harness_s.profiles import LLMProfiler
+                self.profiler = LLMProfiler(llm_client(c, ctx.paths.local(os.path.join("harness_s", "llm_cache"))),
+                                            seed=int(hs.llm.seed))
+        logging.info("harness_s: pool %s (%d siblings, version %s), router %s, rescue %s, selector %s, "
+                     "re-anchoring every %s steps", self.pool.path, len(self.pool), pool_version(self.pool),
+                     rc.name, "on" if self.rescue else "off", hs.selector.name, hs.reanchor.every_steps or "-")
+
+    def post_processors(self):
+        return [self.rescue] if self.rescue is not None else []
+
+    def harness_selector(self):
+        return self.selector
+
+    # -- re-anchoring -------------------------------------------------------------------------------
+    def reanchor(self, runner, policy_version: str, *, progress: str = "off") -> dict:
+        """Validation of H0 and every sibling with the engine's current policy (all in flight
+        together), then ``reanchor_from_trajectories``. Returns the router's report."""
+        from harness_jax.train import telemetry
+
+        v = self.hs.validation
+        temperature = float(v.temperature) or float(self.config.rollout.temperature)
+        jobs = [(j, sib, i, t) for j, sib in enumerate(self.pool) for i, t in enumerate(self.val_tasks)]
+        bar = telemetry.Progress(len(jobs), 0, progress, desc="reanchor")
+
+        async def one(j, sib, i, t):
+            eps = await runner.run(t, sib, int(v.k), f"reanchor{policy_version}-s{j}-t{i}",
+                                   seed=50_000 + 1000 * j + i, temperature=temperature)
+            bar.update(1)
+            return sib.sibling_id, eps
+
+        async def all_jobs():
+            return await asyncio.gather(*[one(*job) for job in jobs])
+
+        try:
+            done = asyncio.run(all_jobs())
+        finally:
+            bar.close()
+        trajs: dict[str, list] = {}
+        for sid, eps in done:
+            trajs.setdefault(sid, []).extend(e.trajectory for e in eps)
+        with self.access.lock:
+            return reanchor_from_trajectories(self.access.router, trajs, policy_version=str(policy_version),
+                                              profiler=self.profiler)
+
+    def after_update(self, trainer, timer) -> dict:
+        every = int(self.hs.reanchor.every_steps)
+        step = trainer.step
+        if not every or step % every or step >= self.config.num_steps:
+            return {}
+        ctx = trainer.ctx
+        if int(ctx.engine.weight_version) != int(ctx.learner.policy_version):
+            ctx.sync_weights()        # validate the current policy, not the last synced one
+        with timer.phase("reanchor"):
+            rep = self.reanchor(ctx.runner, str(ctx.learner.policy_version),
+                                progress=self.config.log.progress_bar)
+        router = self.access.router
+        rates = list(rep["rescue_rate_after"].values())
+        h0 = router.results.get(router.base_id, {})
+        vals = [a for att in h0.values() for a in att if a is not None]
+        logging.info("harness_s: re-anchored at step %d: H0 validation success %.3f, %d H0-failed tasks, "
+                     "mean helper rescue rate %.3f", step, float(np.mean(vals)) if vals else 0.0,
+                     rep["h0_failed_tasks"], float(np.mean(rates)) if rates else 0.0)
+        return {"reanchor/h0_val_success": float(np.mean(vals)) if vals else 0.0,
+                "reanchor/h0_failed_tasks": float(rep["h0_failed_tasks"]),
+                "reanchor/mean_rescue_rate": float(np.mean(rates)) if rates else 0.0,
+                "reanchor/profiles": float(rep["profiles"])}
+
+    # -- metrics ------------------------------------------------------------------------------------
+    def step_metrics(self, batch, metrics: dict) -> dict:
+        out: dict[str, float] = {}
+        for g in batch.groups:
+            for e in g.episodes:
+                lab = self.labels.get(e.sibling_id)
+                if lab:
+                    key = f"rollout/episodes_by_sibling/{lab}"
+                    out[key] = out.get(key, 0.0) + 1.0
+        out["rollout/overlay_masked_turns"] = float(sum(e.masked_turns for g in batch.groups
+                                                        for e in g.episodes))
+        if self.rescue is not None:
+            wall = float(metrics.get("time/step_s", 0.0))
+            if self.config.rl.async_mode:   # the batch was collected while an earlier step trained
+                wall = float(batch.rollout_s)
+            m = rescue_step_metrics(self.rescue.pop_records(batch.step), wall)
+            for k in ("groups", "rescue_triggered", "rescue_trigger_rate", "rescue_success_rate",
+                      "helper_attempt_success_rate", "zero_variance_before", "zero_variance_after",
+                      "infra_groups", "rescue_wall_s", "rescue_wall_fraction"):
+                out["rescue/" + k.replace("rescue_", "")] = float(m[k])
+            for sid, p in m["per_helper"].items():
+                lab = self.labels.get(sid, sid)
+                for k, v in p.items():
+                    out[f"rescue/helper/{lab}/{k}"] = float(v)
+        for voter, u in self.access.router.usage().items():
+            for k, v in (u or {}).items():
+                if isinstance(v, (int, float)):
+                    out[f"router/usage/{voter}/{k}"] = float(v)
+        return out
+
+    # -- state --------------------------------------------------------------------------------------
+    def _log_lines(self) -> int:
+        if not os.path.exists(self.log_path):
+            return 0
+        with open(self.log_path, "rb") as f:
+            return sum(1 for _ in f)
+
+    def state_dict(self) -> dict:
+        with self.access.lock:
+            return {"router": self.access.router.state_dict(), "log_lines": self._log_lines(),
+                    "pool_hash": self.pool.content_hash}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("pool_hash") != self.pool.content_hash:
+            raise ValueError(f"this run's checkpoint was written with another sibling pool "
+                             f"({str(state.get('pool_hash'))[:16]}, now {pool_version(self.pool)}); resume "
+                             "with --config.harness_s.pool set to the pool file the run started with")
+        with self.access.lock:
+            self.access.router.load_state_dict(state["router"])
+            n = int(state.get("log_lines", 0))
+            if os.path.exists(self.log_path):           # drop what was logged after the checkpoint
+                with open(self.log_path, "rb") as f:
+                    lines = f.readlines()
+                if len(lines) > n:
+                    with open(self.log_path, "wb") as f:
+                        f.writelines(lines[:n])
+        logging.info("harness_s: router state restored (%d decisions, %d re-anchorings)",
+                     self.access.router.n_decisions, len(self.access.router.reanchors))
+
+    def summary(self) -> dict:
+        router = self.access.router
+        return {"pool": self.pool.path, "pool_version": pool_version(self.pool), "router": router.name,
+                "decisions": router.n_decisions, "decision_log": self.log_path,
+                "helper_stats": {self.labels.get(k, k): v for k, v in router.helper_stats.items()},
+                "reanchors": router.reanchors, "usage": router.usage()}
+
+
+def llm_client(config, default_cache_dir: str = ""):
+    """The ``harness_s.llm`` endpoint as an ``OpenAIChatClient`` (editor, diagnoser, profiler);
+    its response cache is ``harness_s.llm.cache_dir``, else ``default_cache_dir``."""
+    from harness_jax.harness_s.llm import make_client
+
+    llm = config.harness_s.llm
+    return make_client(llm.base_url, llm.model, api_key_env=llm.api_key_env or None,
+                       cache_dir=llm.cache_dir or default_cache_dir or None, timeout_s=float(llm.timeout_s))
+
+
+def uses_pool(config) -> bool:
+    """Whether the config's ``harness_s`` section needs the pool during training."""
+    if "harness_s" not in config:
+        return False
+    hs = config.harness_s
+    return bool(hs.pool) and bool(hs.rescue.enabled or hs.selector.name == "mixture" or hs.reanchor.every_steps)
+
+
+def extensions(config) -> list:
+    """The loop extensions of a config: ``[HarnessSExtension]`` when it uses a pool, else []."""
+    return [HarnessSExtension(config)] if uses_pool(config) else []
+
+
+def train(config, workdir, **kw) -> dict:
+    """``train.loop.train`` with Harness-S's extension when the config uses a pool."""
+    from harness_jax.train import loop
+
+    return loop.train(config, workdir, extensions=extensions(config) + list(kw.pop("extensions", ())), **kw)

@@ -1,0 +1,136 @@
+"""What a person watching a run reads: library logs held back, one line per GRPO step, a PNG.
+
+* ``setup_logging(level)``: log records from outside ``harness_jax`` (Orbax, JAX, absl's own,
+  grain, ...) below ``level`` are dropped (``log.library_level``, WARNING by default); the
+  project's own INFO lines stay. ``"INFO"`` (or ``"DEBUG"``) shows everything again.
+* ``step_line(step, total, metrics)``: one summary line per step: reward, success,
+  zero-variance fraction, rescue trigger/success rates (when rescue runs), the latest held-out
+  evaluation, step time.
+* ``plot_progress(workdir)``: ``<workdir>/progress.png`` from ``metrics.jsonl``: training
+  success, held-out H0 success (Avg@k / success of each evaluation), zero-variance fraction
+  before/after rescue, rescue trigger and success rates, over steps (matplotlib, Agg).
+
+Progress bars (``telemetry.Progress``, one per phase: SFT, GRPO steps, evaluation, re-anchoring,
+evolution) follow ``log.progress_bar``.
+"""
+from __future__ import annotations
+
+import json
+import logging as pylogging
+import os
+from typing import Optional
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class _LibraryFilter(pylogging.Filter):
+    """Drops records below ``level`` unless they come from harness_jax (or the launchers)."""
+
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: pylogging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            return True
+        path = record.pathname or ""
+        return path.startswith(_PACKAGE_DIR) or f"{os.sep}launch{os.sep}" in path
+
+
+_installed: Optional[_LibraryFilter] = None
+
+
+def setup_logging(level: str = "WARNING") -> None:
+    """Holds library log records below ``level`` back (idempotent; the last call wins)."""
+    global _installed
+    lvl = pylogging.getLevelName(str(level).upper())
+    if not isinstance(lvl, int):
+        raise ValueError(f"log level {level!r}; use one of {', '.join(LEVELS)}")
+    try:
+        from absl import logging as absl_logging
+        handlers = [absl_logging.get_absl_handler()]
+    except Exception:  # noqa: BLE001 - absl missing: plain logging only
+        handlers = []
+    handlers += pylogging.getLogger().handlers
+    for h in handlers:
+        if _installed is not None:
+            h.removeFilter(_installed)
+    _installed = _LibraryFilter(lvl)
+    for h in handlers:
+        h.addFilter(_installed)
+
+
+def step_line(step: int, total: int, m: dict, last_eval: Optional[dict] = None) -> str:
+    """One readable line for a finished GRPO step."""
+    parts = [f"step {step}/{total}",
+             f"reward {m.get('rollout/reward_mean', 0.0):.3f}",
+             f"success {m.get('rollout/success_rate', 0.0):.3f}",
+             f"zero-var {m.get('groups/zero_variance_fraction', 0.0):.2f}"]
+    if "rescue/trigger_rate" in m:
+        parts.append(f"rescue {m['rescue/trigger_rate']:.2f} (rescued {m.get('rescue/success_rate', 0.0):.2f}, "
+                     f"zero-var before {m.get('rescue/zero_variance_before', 0.0):.2f})")
+    if last_eval:
+        keys = [k for k in last_eval if k.startswith("avg@")]
+        k = max(keys, key=lambda x: int(x.split("@")[1])) if keys else "success_rate"
+        parts.append(f"held-out {k} {float(last_eval.get(k, 0.0)):.3f} ({last_eval.get('tag')}@{last_eval.get('step')})")
+    parts.append(f"{m.get('time/step_s', 0.0):.1f}s")
+    return " | ".join(parts)
+
+
+def _series(rows, key):
+    pts = [(r["step"], r[key]) for r in rows if key in r]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot_progress(workdir: str, out: str = "") -> Optional[str]:
+    """Writes ``<workdir>/progress.png`` (or ``out``); None when there are no step metrics yet."""
+    path = os.path.join(workdir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    rows = []
+    with open(path) as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    rows = [r for r in rows if "step" in r]
+    if not any("rollout/success_rate" in r for r in rows):
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    ax.plot(*_series(rows, "rollout/success_rate"), marker=".", label="training rollouts (all harnesses)")
+    ev_keys = sorted({k for r in rows for k in r if k.startswith("eval/avg@")})
+    for k in ev_keys or ["eval/success_rate"]:
+        xs, ys = _series(rows, k)
+        if xs:
+            ax.plot(xs, ys, marker="o", label=f"held-out H0 {k.split('/', 1)[1]}")
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("success")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("success")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for key, lab, style in (("groups/zero_variance_fraction", "zero-variance fraction (trained groups)", "-o"),
+                            ("rescue/zero_variance_before", "zero-variance before rescue", "--s"),
+                            ("rescue/trigger_rate", "rescue trigger rate", ":^"),
+                            ("rescue/success_rate", "rescue success rate", "-.v")):
+        xs, ys = _series(rows, key)
+        if xs:                            # distinct styles: equal curves stay visible on top of each other
+            ax.plot(xs, ys, style, markersize=5, fillstyle="none", label=lab)
+    ax.set_xlabel("GRPO step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("GRPO signal and rescue")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = out or os.path.join(workdir, "progress.png")
+    tmp = out + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out

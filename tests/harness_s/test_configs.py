@@ -1,0 +1,142 @@
+"""Harness-S experiment configs (``experiments/configs/harness_s/``): each validates against a
+pool of the right size and environment, documents its command and expected result, declares
+sweeps that resolve through ``harness_jax.sweeps``; bad ``harness_s`` sections are rejected by the
+central validator with the path and the fix; the accelerator presets' train steps lower on fake
+devices."""
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments.configs import harness_s as hs_configs
+from harness_jax import config_validation as cv
+from harness_jax.sweeps import runner
+
+from . import loopkit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NAMES = sorted(m.name for m in pkgutil.iter_modules(hs_configs.__path__) if m.name != "common")
+ACCELERATOR = ("dbbench_gpu8", "dbbench_tpu", "appworld_gpu8", "swe_gpu8")
+
+
+def _module(name):
+    return importlib.import_module(f"experiments.configs.harness_s.{name}")
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pools")
+    return {env: loopkit.synthetic_pool(d / env, env, n_children=9).path
+            for env in ("dbbench", "appworld", "swe")}
+
+
+def _devices(c):
+    return c.mesh.num_devices if c.mesh.num_devices > 0 else 1
+
+
+def test_the_method_baselines_ablations_and_presets_exist():
+    assert {"dbbench_cpu", "grpo_only", "fixed_mixture", "random_helpers", "top_k", "fixed_profiles",
+            "llm_vote", *ACCELERATOR} <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_validates_documents_itself_and_declares_sweeps(name, pools, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")           # llm_vote's voters read it
+    mod = _module(name)
+    c = mod.get_config()
+    pool = pools[c.env.name]
+    c = mod.get_config(pool)
+    assert c.harness_s.pool == pool
+    cv.validate(c, num_devices=_devices(c))
+    doc = " ".join(mod.__doc__.split())
+    assert f"--config=experiments/configs/harness_s/{name}.py" in doc and "Expected result" in doc
+    assert mod.SWEEPS, name
+    for sweep in mod.SWEEPS:          # every override reaches its field through the launcher's flags
+        sw = runner.prepare(f"experiments/configs/harness_s/{name}.py:{pool}", sweep, str(tmp_path / sweep),
+                            repo_root=ROOT)
+        assert len(sw.runs) >= 2 and all(r.config["harness_s"]["pool"] == pool for r in sw.runs)
+
+
+def test_grpo_only_needs_no_pool_and_the_method_does():
+    from experiments.configs.harness_s import dbbench_cpu, grpo_only
+    cv.validate(grpo_only.get_config(), num_devices=1)
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(dbbench_cpu.get_config(), num_devices=1)
+    p = [p for p in ei.value.problems if p.path == "harness_s.pool"]
+    assert p and "launch/evolve.py" in p[0].fix
+
+
+def _bad(pool, mutate, environ_unset=()):
+    from experiments.configs.harness_s import dbbench_cpu
+    c = dbbench_cpu.get_config(pool)
+    mutate(c)
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    return ei.value
+
+
+def _voter(key_env):
+    return ({"name": "v0", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": key_env,
+             "temperature": 0.0, "seed": 0},)
+
+
+@pytest.mark.parametrize("mutate,path,fix_word", [
+    (lambda c: setattr(c.harness_s.router, "name", "oracle"), "harness_s.router.name", "features"),
+    (lambda c: setattr(c.harness_s.router, "top_k", 12), "harness_s.router.top_k", "at most 9"),
+    (lambda c: (setattr(c.harness_s.router, "name", "llm_vote"),
+                setattr(c.harness_s.router.votes, "voters", _voter("HS_TEST_UNSET_KEY"))),
+     "harness_s.router.votes.voters[0].api_key_env", "export HS_TEST_UNSET_KEY"),
+    (lambda c: setattr(c.harness_s.router, "name", "llm_vote"), "harness_s.router.votes.voters", "features"),
+    (lambda c: setattr(c.harness_s.rescue, "split", "half"), "harness_s.rescue.split", "split"),
+    (lambda c: setattr(c.harness_s.rescue, "calibration", "none"), "harness_s.rescue.calibration", "with_original"),
+    (lambda c: setattr(c.harness_s.selector, "name", "best"), "harness_s.selector.name", "h0"),
+    (lambda c: setattr(c.harness_s.validation, "split", "test"), "harness_s.validation.split", "search"),
+    (lambda c: setattr(c.harness_s.evolve, "editor", "magic"), "harness_s.evolve.editor", "deterministic"),
+    (lambda c: setattr(c.harness_s.evolve, "diagnoser", True), "harness_s.llm.base_url", "offline"),
+    (lambda c: setattr(c.harness_s, "pool", "/no/such/pool.json"), "harness_s.pool", "launch/evolve.py"),
+])
+def test_bad_harness_s_config_reports_path_and_fix(pools, mutate, path, fix_word):
+    err = _bad(pools["dbbench"], mutate)
+    hits = [p for p in err.problems if p.path == path]
+    assert hits, f"expected a problem at {path}, got {[str(p) for p in err.problems]}"
+    assert fix_word in hits[0].fix + hits[0].problem, str(hits[0])
+    assert f"config.{path}" in str(err)
+
+
+def test_empty_pool_and_wrong_environment_are_rejected(tmp_path):
+    only_h0 = loopkit.synthetic_pool(tmp_path / "h0", "dbbench", n_children=0).path
+    err = _bad(only_h0, lambda c: None)
+    p = [p for p in err.problems if p.path == "harness_s.router"]
+    assert p and "empty" in p[0].problem and "launch/evolve.py" in p[0].fix
+    other = loopkit.synthetic_pool(tmp_path / "aw", "appworld", n_children=3).path
+    err = _bad(other, lambda c: None)
+    assert any(p.path == "harness_s.pool" and "appworld" in p.problem for p in err.problems)
+
+
+@pytest.mark.slow
+def test_accelerator_presets_lower_on_fake_devices(pools):
+    """The GPU presets' train step lowers for their 4-device fsdp mesh and the TPU preset's for
+    16 devices (abstract learner, real parameter shapes), in one 16-device subprocess."""
+    code = (
+        "import json, jax, importlib; from harness_jax import config_validation as cv;"
+        "from harness_jax.train import aot; out = {};\n"
+        f"pools = {json.dumps(pools)}\n"
+        f"for name in {list(ACCELERATOR)!r}:\n"
+        "    m = importlib.import_module('experiments.configs.harness_s.' + name); c = m.get_config();"
+        " c = m.get_config(pools[c.env.name]); n = c.mesh.num_devices; cv.validate(c, num_devices=n);"
+        " r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:n], compile=False);"
+        " out[name] = [r.mesh_shape['fsdp'], r.num_params]\n"
+        "print('REPORT', json.dumps(out))")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT, OPENAI_API_KEY="sk-test",
+               XLA_FLAGS="--xla_force_host_platform_device_count=16")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    rep = json.loads(out.stdout.split("REPORT", 1)[1])
+    assert rep["dbbench_tpu"][0] == 16 and 8.5e9 < rep["dbbench_tpu"][1] < 9.5e9
+    for name in ("dbbench_gpu8", "appworld_gpu8", "swe_gpu8"):
+        assert rep[name][0] == 4 and 3.5e9 < rep[name][1] < 5.0e9
