@@ -45,7 +45,8 @@ class Trainer:
     """One run: ``Trainer(config, workdir)`` builds the run context, ``run()`` executes it."""
 
     def __init__(self, config, workdir, *, post_processors: Sequence[Any] = (),
-                 harness_selector: Any = None, devices: Optional[Sequence[Any]] = None):
+                 harness_selector: Any = None, devices: Optional[Sequence[Any]] = None,
+                 on_step: Optional[Callable[[int, dict], None]] = None):
         from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
 
         self.config = config
@@ -54,10 +55,8 @@ class Trainer:
         self.step = 0
         self.sft_done = not config.sft.enabled
         self.history: dict[str, Any] = {"eval": []}
-        self.stream = TaskStream(builders.load_tasks(config, config.env.train_split), seed=config.seed)
-        self.eval_tasks = builders.load_tasks(config, config.env.eval_split, n=config.eval.num_tasks)
-        self.collector = Collector(config, self.ctx.runner, self.stream,
-                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
+        self.on_step = on_step                  # on_step(step, metrics) after every GRPO step
+        self._build_data(harness_selector, post_processors)
         self.pack_cfg = self.ctx.pack_config()
         self.ckpt = Checkpointer(CheckpointConfig(self.ctx.paths.checkpoints, max_to_keep=config.ckpt.keep,
                                                   save_interval_steps=1, async_save=True,
@@ -65,6 +64,15 @@ class Trainer:
         self.resumed_from = None
         if config.ckpt.resume and self.ckpt.latest_step() is not None:
             self._restore(self.ckpt.latest_step())
+
+    def _build_data(self, harness_selector, post_processors) -> None:
+        """The training stream, the evaluation items and the collector (a trainer of another
+        policy, e.g. Harness-R1's engineer over failure packets, overrides this)."""
+        c = self.config
+        self.stream = TaskStream(builders.load_tasks(c, c.env.train_split), seed=c.seed)
+        self.eval_tasks = builders.load_tasks(c, c.env.eval_split, n=c.eval.num_tasks)
+        self.collector = Collector(c, self.ctx.runner, self.stream,
+                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
 
     # ============================================================ checkpoint
     def _meta(self, stream_state: dict) -> dict:
@@ -141,13 +149,17 @@ class Trainer:
         return res
 
     # ============================================================ SFT warm start
-    def _sft(self) -> bool:
-        """Runs (or resumes) the warm start; False when a stop request interrupted it."""
+    def _warm_start(self) -> dict:
+        """The SFT phase (gold demonstrations here); its summary has ``finished``."""
         from harness_jax.train import sft_warmstart
 
+        return sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
+
+    def _sft(self) -> bool:
+        """Runs (or resumes) the warm start; False when a stop request interrupted it."""
         if self.config.eval.at_start and not any(e["tag"] == "before_sft" for e in self.history["eval"]):
             self.evaluate("before_sft")
-        res = sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
+        res = self._warm_start()
         self.history["sft"] = res
         if not res["finished"]:
             return False
@@ -232,6 +244,8 @@ class Trainer:
         metrics["time/step_s"] = time.perf_counter() - t_step
         metrics["policy_version"] = float(self.ctx.learner.policy_version)
         self.ctx.writer.write(self.step, metrics)
+        if self.on_step is not None:
+            self.on_step(self.step, metrics)
         return metrics, last_state, stop
 
     def _finish(self, preempted: bool, last_state: dict) -> dict:
