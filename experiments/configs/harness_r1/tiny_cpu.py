@@ -58,6 +58,7 @@ def get_config():
     p.budget_tokens = 600                 # small packets (2-3 failures) for a tiny engineer
     p.seed = 0                            # = the target's kwargs seed
     c.r1.teacher.kind = "rule"            # the rule-based engineer writes the cold-start patches
+    c.r1.teacher.k = 3                    # its full patch and two with one fix dropped (they differ in Delta_B)
     c.r1.tokenizer_max_token_bytes = 32   # phrase-level engineer BPE (prompts ~300, responses ~80-130 tokens)
 
     # ---- the engineer
@@ -87,7 +88,7 @@ def get_config():
     c.rollout.max_len = 1024              # prompt (~300) + response
     c.rollout.max_new_tokens = 192        # response budget (teacher responses: <= ~130 tokens)
     c.rollout.prefill_buckets = (64, 256)  # prefill chunks
-    c.rollout.temperature = 1.0           # engineer sampling temperature
+    c.rollout.temperature = 0.7           # engineer sampling temperature (at 1.0 the tiny engineer's samples are ~95% invalid)
     c.rollout.concurrency = 16            # (agent episodes; unused by the engineer's sampling)
 
     c.rl.group_size = 8                   # K
@@ -107,7 +108,7 @@ def get_config():
     c.ckpt.every_steps = 2                # GRPO checkpoints
     c.eval.num_tasks = 8                  # held-out packets evaluated
     c.eval.k = 4                          # samples per held-out packet
-    c.eval.temperature = 1.0              # the policy's sampling distribution
+    c.eval.temperature = 0.7              # the training distribution (plus the greedy patch)
     c.eval.at_start = False               # (a random engineer writes no valid patch)
     c.log.store_traces = False            # the engineer's samples are in metrics and the reward cache
     return c
