@@ -38,22 +38,22 @@ def _progress(total: int, desc: str):
                 disable=not sys.stderr.isatty() and os.environ.get("HARNESS_JAX_PROGRESS") != "1")
 
 
-def build_sft_examples(packets, teacher, tokenizer, *, k: int = 1, seed: int = 0,
-                       progress=None) -> tuple[list[dict], dict]:
-    """Teacher responses for ``packets`` as SFT examples; invalid responses are dropped and
-    counted (a reply without a valid patch teaches nothing). Returns ``(examples, stats)``.
-    Engineer training data: built inside ``registry.training_scope`` (no test-split task can be
-    made by the teacher or the packets)."""
+def teacher_responses(packets, teacher, *, k: int = 1, seed: int = 0,
+                      progress=None) -> tuple[list[dict], dict]:
+    """``k`` teacher responses per packet, normalised to the engineer protocol; a reply without
+    a valid patch is dropped and counted (it teaches nothing). Rows ``{"packet_id", "split",
+    "teacher", "response", "sample"}``; returns ``(rows, stats)``. Engineer training data: built
+    inside ``registry.training_scope`` (no test-split task can be made by the teacher)."""
     from harness_jax.envs import registry
 
     with registry.training_scope("harness_r1 sft examples"):
-        return _build_sft_examples(packets, teacher, tokenizer, k, seed, progress)
+        return _teacher_responses(packets, teacher, k, seed, progress)
 
 
-def _build_sft_examples(packets, teacher, tokenizer, k, seed, progress) -> tuple[list[dict], dict]:
-    from harness_jax.harness_r1.prompt import normalise_response, sft_example
+def _teacher_responses(packets, teacher, k, seed, progress) -> tuple[list[dict], dict]:
+    from harness_jax.harness_r1.prompt import normalise_response
 
-    examples, rejected, reasons = [], 0, {}
+    rows, rejected, reasons = [], 0, {}
     for i, pk in enumerate(packets):
         for j, resp in enumerate(teacher.propose(pk, k, seed * 100000 + i)):
             norm, errs = normalise_response(resp, pk.env_name)
@@ -62,18 +62,44 @@ def _build_sft_examples(packets, teacher, tokenizer, k, seed, progress) -> tuple
                 key = (errs[0] if errs else "invalid")[:80]
                 reasons[key] = reasons.get(key, 0) + 1
                 continue
-            ex = sft_example(pk, norm, tokenizer)
-            ex.update({"split": pk.split, "teacher": teacher.name, "response": norm,
-                       "sample": j})
-            examples.append(ex)
+            rows.append({"packet_id": pk.packet_id, "split": pk.split, "teacher": teacher.name,
+                         "response": norm, "sample": j})
         if progress is not None:
             progress.update(1)
-    stats = {"packets": len(packets), "examples": len(examples), "rejected": rejected,
-             "rejected_reasons": reasons,
-             "prompt_tokens": sum(len(e["prompt_ids"]) for e in examples),
-             "response_tokens": sum(len(e["response_ids"]) for e in examples)}
+    stats = {"packets": len(packets), "responses": len(rows), "rejected": rejected,
+             "rejected_reasons": reasons}
     if hasattr(teacher, "usage"):
         stats["teacher_usage"] = teacher.usage()
+    return rows, stats
+
+
+def examples_from_responses(rows, packets, tokenizer) -> list[dict]:
+    """Teacher response rows (``teacher_responses``) as SFT examples with token ids
+    (``prompt.sft_example`` + the row's fields)."""
+    from harness_jax.harness_r1.prompt import sft_example
+
+    by_id = {pk.packet_id: pk for pk in packets}
+    missing = sorted({r["packet_id"] for r in rows} - set(by_id))
+    if missing:
+        raise KeyError(f"examples_from_responses: responses for unknown packet(s) {missing[:3]}")
+    out = []
+    for r in rows:
+        ex = sft_example(by_id[r["packet_id"]], r["response"], tokenizer)
+        ex.update(r)
+        out.append(ex)
+    return out
+
+
+def build_sft_examples(packets, teacher, tokenizer, *, k: int = 1, seed: int = 0,
+                       progress=None) -> tuple[list[dict], dict]:
+    """Teacher responses for ``packets`` as SFT examples; invalid responses are dropped and
+    counted (a reply without a valid patch teaches nothing). Returns ``(examples, stats)``."""
+    rows, stats = teacher_responses(packets, teacher, k=k, seed=seed, progress=progress)
+    examples = examples_from_responses(rows, packets, tokenizer)
+    stats = dict(stats, examples=len(examples),
+                 prompt_tokens=sum(len(e["prompt_ids"]) for e in examples),
+                 response_tokens=sum(len(e["response_ids"]) for e in examples))
+    stats.pop("responses")
     return examples, stats
 
 

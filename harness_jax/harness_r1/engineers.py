@@ -275,17 +275,26 @@ class ModelEngineer:
         self.max_new_tokens = max_new_tokens
         self.last: list = []              # (prompt_ids, GenerateResult) of the last call
 
-    async def apropose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
+    async def asample(self, packet: Packet, k: int = 1, seed: int = 0,
+                      temperature: Optional[float] = None) -> tuple[list[int], list, list[str]]:
+        """``(prompt_ids, GenerateResults, response texts)`` of ``k`` seeded samples (no shared
+        state: safe for concurrent packets; GRPO trains on the results' tokens)."""
         ids = engineer_prompt_ids(packet, self.tok)
         stops = tuple(self.tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+        temp = self.temperature if temperature is None else float(temperature)
         reqs = [GenerateRequest(ids, SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens,
-            stop_token_ids=stops, seed=seed * 1000 + j), f"eng-{uuid.uuid4().hex[:8]}-{j}")
-            for j in range(k)]
+            temperature=temp, top_p=self.top_p if temp > 0 else 1.0,
+            max_new_tokens=self.max_new_tokens, stop_token_ids=stops, seed=seed * 1000 + j),
+            f"eng-{uuid.uuid4().hex[:8]}-{j}") for j in range(k)]
         results = await asyncio.gather(*(self.engine.generate(r) for r in reqs))
+        texts = [self.tok.decode([t for t in r.token_ids if t not in stops],
+                                 skip_special_tokens=False) for r in results]
+        return ids, list(results), texts
+
+    async def apropose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
+        ids, results, texts = await self.asample(packet, k, seed)
         self.last = [(ids, r) for r in results]
-        return [self.tok.decode([t for t in r.token_ids if t not in stops],
-                                skip_special_tokens=False) for r in results]
+        return texts
 
     def propose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
         return run_sync(self.apropose(packet, k, seed), "ModelEngineer.propose")

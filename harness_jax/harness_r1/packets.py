@@ -206,6 +206,12 @@ class Packet:
                            "baseline": self.baseline_key}, sort_keys=True)
         return "p-" + hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    @property
+    def task_id(self) -> str:
+        """The packet id: the training loop identifies the items of its stream by ``task_id``
+        (the engineer's stream is a stream of packets)."""
+        return self.packet_id
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["packet_id"] = self.packet_id

@@ -97,7 +97,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
             ok, is_noop, n_ep, errs = complete, False, len(run["trajectories"]), run["errors"]
             valid += int(complete)
         else:
-            response = arm.engineer.propose(pk, 1, seed * 1000 + i)[0]
+            response = (await apropose(arm.engineer, pk, 1, seed * 1000 + i))[0]
             ev = await aevaluate_patch(response, env, target, batch, base, harness=arm.harness,
                                        cache=cache, tokenizer=tokenizer,
                                        eval_attempts=eval_attempts)
@@ -120,6 +120,13 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
                delta=mean(after) - mean(before) if n else float("nan"),
                valid_frac=valid / len(packets), noop_frac=noop / len(packets),
                infra_batches=infra, target_episodes=episodes, details=details)
+
+
+async def apropose(engineer, packet: Packet, k: int, seed: int) -> list[str]:
+    """An engineer's responses from inside an event loop (model engineers sample
+    asynchronously; the offline and endpoint ones are called directly)."""
+    fn = getattr(engineer, "apropose", None)
+    return await fn(packet, k, seed) if fn is not None else engineer.propose(packet, k, seed)
 
 
 def evaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines, tasks, **kw) -> Row:
@@ -233,7 +240,7 @@ async def atransfer(engineer, targets: Sequence[Any], env, harness: HarnessSpec,
                                    seed=seeds[0], cache=baseline_cache, tokenizer=tokenizer,
                                    config=config)
         pk = packet_from_baseline(base, budget_tokens)
-        response = engineer.propose(pk, 1, seeds[0])[0]
+        response = (await apropose(engineer, pk, 1, seeds[0]))[0]
         deltas, befores = [], []
         valid = False
         for s in seeds:

@@ -339,9 +339,13 @@ class Learner:
         cfg = self.cfg if cfg is None else cfg
         logp_BT, ent_BT = self._logp(params, mb, with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
         if cfg.mode == "sft":
-            s, _ = losses.sft_loss_terms(logp_BT, mb["loss_mask"], denom=denom)
             mask = mb["loss_mask"]
-            m = {"nll": (s, jnp.sum(mask))}
+            # the aggregation decides how tokens are weighted (token_mean: each batch's token
+            # mean; dataset_token_mean: the data set's token mean, see rl.sft)
+            w_BT, _ = losses.token_weights(mask, mb["segment_ids"], agg=cfg.loss.agg,
+                                           norm_constant=cfg.loss.norm_constant)
+            s, _ = losses.sft_loss_terms(logp_BT, w_BT, denom=denom)
+            m = {"nll": (-jnp.sum(mask * logp_BT), jnp.sum(mask))}
             if ent_BT is not None:
                 m["entropy"] = (jnp.sum(mask * jax.lax.stop_gradient(ent_BT)), jnp.sum(mask))
         else:
@@ -352,11 +356,9 @@ class Learner:
         return s / denom, m
 
     def _denominator(self, batch):
-        if self.cfg.mode == "sft":
-            return jnp.maximum(jnp.sum(batch["loss_mask"]), 1.0)
         _, d = losses.token_weights(batch["loss_mask"], batch["segment_ids"], agg=self.cfg.loss.agg,
                                     norm_constant=self.cfg.loss.norm_constant)
-        return jnp.maximum(d, 1e-12)
+        return jnp.maximum(d, 1.0 if self.cfg.mode == "sft" else 1e-12)
 
     def _step(self, state, batch):
         M = self.cfg.num_micro_batches

@@ -17,7 +17,9 @@ Formulas (see docs/rl.md):
   ``"none"`` ``w = 1``.
 * aggregation ``token_mean`` (sum over all loss tokens / their number),
   ``seq_mean_token_mean`` (Harness-R1's ``1/K sum_k 1/T_k sum_t``), ``constant``
-  (sum / (num_sequences * norm_constant), Dr.GRPO style).
+  (sum / (num_sequences * norm_constant), Dr.GRPO style), ``dataset_token_mean``
+  (sum / norm_constant, a fixed number of tokens per batch: Harness-R1's cold-start SFT loss
+  "averaged over all response tokens of the data set", see ``rl.sft.dataset_token_norm``).
 """
 from __future__ import annotations
 
@@ -150,6 +152,14 @@ def _agg_constant(mask_BT, segment_ids_BT, norm_constant):
     return mask_BT, num_seqs * norm_constant
 
 
+@register(AGGREGATIONS, "dataset_token_mean")
+def _agg_dataset_token_mean(mask_BT, segment_ids_BT, norm_constant):
+    # sum over the batch's loss tokens / a fixed denominator: with norm_constant = the data
+    # set's loss tokens per optimizer batch (rl.sft.dataset_token_norm), the mean of the step
+    # losses over an epoch is the loss averaged over all loss tokens of the data set
+    return mask_BT, jnp.asarray(norm_constant, jnp.float32)
+
+
 def token_weights(mask_BT, segment_ids_BT=None, *, agg: str = "token_mean", norm_constant: float = 1.0):
     """Per-token aggregation weights and the denominator for one (micro-)batch.
 
@@ -240,8 +250,8 @@ class PolicyLossConfig:
     tis_cap: Optional[float] = 2.0         # C; None = off (same as tis_mode="none")
     tis_low: float = 0.0                   # "mask" mode interval
     tis_high: float = 2.0
-    agg: str = "token_mean"                # "token_mean" | "seq_mean_token_mean" | "constant"
-    norm_constant: float = 1.0             # "constant" aggregation: tokens per sequence budget
+    agg: str = "token_mean"                # "token_mean" | "seq_mean_token_mean" | "constant" | "dataset_token_mean"
+    norm_constant: float = 1.0             # "constant": tokens per sequence budget; "dataset_token_mean": tokens per batch
     kl_coef: float = 0.0
     kl_type: str = "k3"
     kl_clamp: Optional[float] = 10.0
@@ -367,7 +377,10 @@ def policy_loss(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, *, eps_lo
 
 
 def sft_loss_terms(logp_BT, mask_BT, *, denom=None):
-    """Token cross-entropy on response tokens only: ``(sum of -logp, number of tokens)``."""
+    """Token cross-entropy on response tokens only: ``(sum of -logp, number of tokens)``.
+
+    ``mask_BT`` may be aggregation weights (``token_weights``) instead of a 0/1 mask; then
+    ``denom`` is the aggregation's denominator."""
     mask_BT = jnp.asarray(mask_BT, jnp.float32)
     s = -jnp.sum(mask_BT * jnp.asarray(logp_BT, jnp.float32))
     return s, (jnp.sum(mask_BT) if denom is None else denom)

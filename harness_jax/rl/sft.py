@@ -2,8 +2,17 @@
 
 Examples are ``(prompt_ids, response_ids)`` pairs (already tokenized with the chat template);
 they become ``TokenSegment``s whose loss mask covers the response, are packed like RL batches
-and trained with a ``Learner`` in ``mode="sft"`` (loss = summed response-token NLL over the
-number of response tokens of each optimizer batch, i.e. the paper's token average).
+and trained with a ``Learner`` in ``mode="sft"``.
+
+Normalisation (the learner's ``loss.agg``):
+
+* ``"token_mean"`` (default): the summed response-token NLL of a batch over that batch's number
+  of response tokens (each batch's own token mean: tokens of short batches weigh more);
+* ``"dataset_token_mean"`` with ``norm_constant = dataset_token_norm(segments, batch)`` (=
+  the data set's response tokens / batches per epoch): every batch's sum is divided by the same
+  number, so the mean of the step losses over an epoch is the NLL averaged over *all response
+  tokens of the data set* (Harness-R1's cold-start loss, METHODS) and every token weighs the
+  same whatever batch it lands in.
 """
 from __future__ import annotations
 
@@ -24,6 +33,17 @@ def sft_segment(prompt_ids: Sequence[int], response_ids: Sequence[int], **meta) 
     mask = [0] * len(prompt_ids) + [1] * len(response_ids)
     return TokenSegment(token_ids=ids, loss_mask=mask, rollout_logprobs=[0.0] * len(ids),
                         turn_starts=[len(prompt_ids)], **meta)
+
+
+def dataset_token_norm(segments: Sequence[TokenSegment], examples_per_batch: int) -> float:
+    """The ``"dataset_token_mean"`` denominator: the data set's loss tokens per optimizer batch
+    (total loss tokens / batches per epoch), see the module docstring."""
+    if examples_per_batch < 1:
+        raise ValueError(f"dataset_token_norm: examples_per_batch={examples_per_batch} must be >= 1")
+    total = sum(int(np.sum(s.loss_mask[1:])) for s in segments)   # targets of positions 1..n-1
+    if total == 0:
+        raise ValueError("dataset_token_norm: the examples have no loss token")
+    return total / -(-len(segments) // examples_per_batch)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -101,9 +101,11 @@ def _optimizer(config, *, lr: float, schedule: str, warmup_steps: int, total_ste
                            eps=o.eps, weight_decay=o.weight_decay, clip_norm=o.grad_clip or None)
 
 
-def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0):
+def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_agg: str = "token_mean",
+                   sft_norm_constant: float = 1.0):
     """The GRPO learner's config (``rl.*``, ``opt.*``) or, with ``mode="sft"``, the SFT warm
-    start's (``sft.*`` with the ``opt.*`` AdamW settings)."""
+    start's (``sft.*`` with the ``opt.*`` AdamW settings; ``sft_agg``/``sft_norm_constant`` the
+    SFT loss normalisation, ``rl.sft``)."""
     from harness_jax.rl import losses
     from harness_jax.rl.learner import LearnerConfig
 
@@ -113,6 +115,7 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0):
         opt = _optimizer(config, lr=s.lr, schedule=s.schedule, warmup_steps=s.warmup_steps, total_steps=s.steps)
         return LearnerConfig(mode="sft", opt=opt, num_micro_batches=rl.micro_batches, num_mini_batches=1,
                              num_epochs=1, shuffle=False, logit_chunk=rl.logit_chunk,
+                             loss=losses.PolicyLossConfig(agg=sft_agg, norm_constant=float(sft_norm_constant)),
                              peak_flops_per_device=peak_flops, seed=config.seed)
     loss = losses.PolicyLossConfig(
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None,

@@ -47,7 +47,8 @@ class Trainer:
 
     def __init__(self, config, workdir, *, post_processors: Sequence[Any] = (),
                  harness_selector: Any = None, extensions: Sequence[Any] = (),
-                 devices: Optional[Sequence[Any]] = None):
+                 devices: Optional[Sequence[Any]] = None,
+                 on_step: Optional[Callable[[int, dict], None]] = None):
         from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
 
         self.config = config
@@ -63,10 +64,8 @@ class Trainer:
         self.step = 0
         self.sft_done = not config.sft.enabled
         self.history: dict[str, Any] = {"eval": []}
-        self.stream = TaskStream(builders.task_source(config, config.env.train_split), seed=config.seed)
-        self.eval_tasks = builders.load_tasks(config, config.env.eval_split, n=config.eval.num_tasks)
-        self.collector = Collector(config, self.ctx.runner, self.stream,
-                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
+        self.on_step = on_step                  # on_step(step, metrics) after every GRPO step
+        self._build_data(harness_selector, post_processors)
         self.pack_cfg = self.ctx.pack_config()
         self.ckpt = Checkpointer(CheckpointConfig(self.ctx.paths.checkpoints, max_to_keep=config.ckpt.keep,
                                                   save_interval_steps=1, async_save=True,
@@ -74,6 +73,15 @@ class Trainer:
         self.resumed_from = None
         if config.ckpt.resume and self.ckpt.latest_step() is not None:
             self._restore(self.ckpt.latest_step())
+
+    def _build_data(self, harness_selector, post_processors) -> None:
+        """The training stream, the evaluation items and the collector (a trainer of another
+        policy, e.g. Harness-R1's engineer over failure packets, overrides this)."""
+        c = self.config
+        self.stream = TaskStream(builders.task_source(c, c.env.train_split), seed=c.seed)
+        self.eval_tasks = builders.load_tasks(c, c.env.eval_split, n=c.eval.num_tasks)
+        self.collector = Collector(c, self.ctx.runner, self.stream,
+                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
 
     # ============================================================ checkpoint
     def _meta(self, stream_state: dict) -> dict:
@@ -156,13 +164,17 @@ class Trainer:
         return res
 
     # ============================================================ SFT warm start
-    def _sft(self) -> bool:
-        """Runs (or resumes) the warm start; False when a stop request interrupted it."""
+    def _warm_start(self) -> dict:
+        """The SFT phase (gold demonstrations here); its summary has ``finished``."""
         from harness_jax.train import sft_warmstart
 
+        return sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
+
+    def _sft(self) -> bool:
+        """Runs (or resumes) the warm start; False when a stop request interrupted it."""
         if self.config.eval.at_start and not any(e["tag"] == "before_sft" for e in self.history["eval"]):
             self.evaluate("before_sft")
-        res = sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
+        res = self._warm_start()
         self.history["sft"] = res
         if not res["finished"]:
             return False
@@ -253,6 +265,8 @@ class Trainer:
         self.ctx.writer.write(self.step, metrics)
         logging.info("%s", console.step_line(self.step, c.num_steps, metrics,
                                              self.history["eval"][-1] if self.history["eval"] else None))
+        if self.on_step is not None:
+            self.on_step(self.step, metrics)
         if c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0:
             self.plot()
         return metrics, last_state, stop

@@ -100,10 +100,6 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     """Records the demonstrations, runs (or resumes) ``sft.steps`` SFT steps and installs the
     result in ``ctx.learner`` (parameters and KL reference) and the engine. Returns a summary;
     ``summary["finished"]`` is False when ``should_stop()`` ended it early (after a checkpoint)."""
-    from harness_jax.rl import sft
-    from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
-    from harness_jax.rl.learner import Learner
-
     c = ctx.config
     s = c.sft
     cached = load_cached(ctx)
@@ -118,9 +114,32 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     if not good:
         raise RuntimeError("SFT warm start: no gold demonstration succeeded in the environment; the "
                            "oracle/environment pairing is broken (check config.env)")
-    segments = [seg for e in good for seg in e.segments]
+    out = train_segments(ctx, [seg for e in good for seg in e.segments], should_stop=should_stop)
+    out.update(demos=len(episodes), demos_succeeded=len(good), record_s=record_s)
+    if out["finished"]:
+        publish(ctx)          # the SFT cache (sft.cache_dir): a later run with the same key reuses it
+    return out
+
+
+def train_segments(ctx, segments, *, should_stop: Optional[Callable[[], bool]] = None,
+                   agg: str = "token_mean", on_step: Optional[Callable[[int, dict], None]] = None) -> dict:
+    """SFT of the run's policy on ``segments`` (``sft.steps`` steps of ``sft.batch_size``,
+    checkpointed under ``<workdir>/sft_checkpoints`` and resumed from there), then the result
+    becomes ``ctx.learner``'s parameters and KL reference and is pushed to the engine.
+
+    ``agg``: the SFT loss normalisation (``rl.sft``): ``"token_mean"`` per batch, or
+    ``"dataset_token_mean"`` (the data set's response-token mean; the denominator is computed
+    here from ``segments``). Returns the summary (``finished`` False when stopped early)."""
+    from harness_jax.rl import sft
+    from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
+    from harness_jax.rl.learner import Learner
+
+    c, s = ctx.config, ctx.config.sft
+    norm = sft.dataset_token_norm(segments, int(s.batch_size)) if agg == "dataset_token_mean" else 1.0
     learner = Learner(ctx.learner.model(ctx.learner.params_copy()),
-                      builders.learner_config(c, "sft", peak_flops=ctx.peak_flops), mesh=ctx.mesh, rules=ctx.rules)
+                      builders.learner_config(c, "sft", peak_flops=ctx.peak_flops, sft_agg=agg,
+                                              sft_norm_constant=norm),
+                      mesh=ctx.mesh, rules=ctx.rules)
     batches = sft.SFTBatches(segments, builders.sft_config(c, len(segments), learner.row_multiple),
                              row_multiple=learner.row_multiple)
     ckpt = Checkpointer(CheckpointConfig(ctx.paths.sft_checkpoints, max_to_keep=1,
@@ -130,18 +149,18 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     bar = telemetry.Progress(batches.total_steps, int(resumed_from or 0), c.log.progress_bar, desc="sft")
     log_step = _log_every(10, batches.total_steps)
 
-    def on_step(step, m):
-        log_step(step, m)
+    def step_done(step, m):
+        (on_step or log_step)(step, m)
         bar.update(1, nll=float(m["nll"]))
     try:
         history = sft.train_sft(learner, batches, checkpointer=ckpt, writer=ctx.writer, should_stop=should_stop,
-                                on_step=on_step)
+                                on_step=step_done)
     finally:
         bar.close()
         ckpt.close()
-    train_s = time.perf_counter() - t_train
-    out = {"demos": len(episodes), "demos_succeeded": len(good), "steps": batches.steps,
-           "resumed_from": resumed_from, "finished": batches.finished, "record_s": record_s, "train_s": train_s}
+    out = {"examples": len(segments), "steps": batches.steps, "total_steps": batches.total_steps,
+           "resumed_from": resumed_from, "finished": batches.finished, "agg": agg, "norm_constant": norm,
+           "train_s": time.perf_counter() - t_train}
     if history:
         tokens = sum(m["tokens"] for m in history)
         out.update(nll_first=history[0]["nll"], nll_last=history[-1]["nll"],
@@ -149,7 +168,6 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     if batches.finished:
         ctx.learner.set_params(learner.state["params"], reset_reference=True)
         ctx.sync_weights()
-        publish(ctx)
     return out
 
 

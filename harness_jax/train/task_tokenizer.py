@@ -56,18 +56,26 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
 def train(config, out_dir, vocab_size: int):
     """Trains the tokenizer on ``training_corpus(config)`` and saves it to ``out_dir`` (a path or
     URI)."""
+    return train_bpe(list(training_corpus(config)), out_dir, vocab_size)
+
+
+def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes: int = 0):
+    """A byte-level BPE of ``vocab_size`` tokens (byte alphabet + Qwen chat specials included)
+    trained on ``texts`` and saved to ``out_dir``. ``max_token_bytes=0``: word-level merges (the
+    GPT-2 pre-tokenizer splits at spaces and punctuation); ``> 0``: merges may cross words, up to
+    that many bytes per token (phrase-level tokens for highly repetitive text such as code)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     from harness_jax.train import workdir
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not max_token_bytes)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(list(training_corpus(config)), trainer=trainer)
+                                  show_progress=False, max_token_length=int(max_token_bytes) or None)
+    tok.train_from_iterator(list(texts), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    additional_special_tokens=[t for t in SPECIAL_TOKENS
                                                               if t not in ("<|im_end|>", "<|endoftext|>")])

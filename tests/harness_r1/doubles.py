@@ -1,17 +1,10 @@
 """Test doubles for the Harness-R1 tests (no trained model runs on CI).
 
-``SeededDBBenchPolicy`` stands in for a frozen *sampling* target on DBBench (text protocol): it
-decodes the real token context with the real tokenizer and draws its mistakes from the request's
-sampling seed (``random.Random(seed)``; unseeded requests use fresh randomness), so paired
-reruns are only paired if the executor really replays the seeds. Its weaknesses:
-
-* on its first turn it answers at once with a wrong count (``p_hasty``), or runs a broken
-  statement (``p_sloppy``), or runs the gold SQL;
-* after an SQL error it answers "0" (probability 0.7) instead of retrying;
-* any harness intervention in its feedback (a ``[Harness ...]`` note or hint after the task
-  statement) makes it careful for the rest of the episode: it then runs the gold SQL and answers
-  from the returned rows. Skills in the system prompt do not change it;
-* mutations: runs the gold statement, then answers.
+``SeededDBBenchPolicy`` stands in for a frozen *sampling* target on DBBench (text protocol): the
+library's scripted agent (``harness_r1.scripted``, also the CPU presets' target) over a fixed
+question index. It decodes the real token context with the real tokenizer and draws its
+mistakes from the request's sampling seed, so paired reruns are only paired if the executor
+really replays the seeds; any harness intervention makes it careful (see ``scripted``).
 
 ``ChatServer`` (from the Harness-S doubles) is a scripted OpenAI-compatible server over real
 HTTP; ``chat_policy_handler`` makes it answer like ``SeededDBBenchPolicy`` from the chat
@@ -26,106 +19,17 @@ import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
+from harness_jax.harness_r1.scripted import (ScriptedDBBenchAgent, TextPolicy, decide,  # noqa: F401
+                                             item_index)
 
 from tests.harness_s.doubles import ChatServer, reply  # noqa: F401  (re-exported)
 
 
-def item_index(tasks) -> dict:
-    """question text -> item (with its category) for the scripted policies."""
-    return {t.data["description"] + "\n" + t.data["add_description"]:
-            dict(t.data, _category=t.category) for t in tasks}
+class SeededDBBenchPolicy(ScriptedDBBenchAgent):
+    """The scripted sampling target over a fixed question index (module docstring)."""
 
-
-def decide(items: dict, text: str, seed, p_hasty: float = 0.4, p_sloppy: float = 0.3) -> str:
-    """The scripted DBBench policy's next reply given the whole context text."""
-    for q, item in items.items():
-        pos = text.find(q)
-        if pos >= 0:
-            break
-    else:
-        raise AssertionError("scripted policy: no known question in the context")
-    rng = random.Random(seed) if seed is not None else random.Random()
-    tail = text[pos:]
-    mine = tail.count("<|im_start|>assistant") - 1
-    if mine < 0:       # chat endpoint: the context is the message list, not ChatML
-        mine = tail.count("\x00assistant\x00")
-    last = tail.rsplit("user\n", 1)[-1] if "user\n" in tail else tail
-    careful = "[Harness" in tail
-    cat = item["_category"]
-    gold = (item.get("sql") or {}).get("query") or (item.get("label") or [""])[0]
-    op = f"Action: Operation\n```sql\n{gold};\n```"
-    answer = "Action: Answer\nFinal Answer: " + json.dumps(item.get("label", []))
-    rows_back = last.lstrip().startswith("[(")
-    error = "no such" in last or "error" in last.lower()
-    if cat in ("INSERT", "UPDATE", "DELETE"):
-        return op if mine == 0 else 'Action: Answer\nFinal Answer: ["done"]'
-    if rows_back:
-        return answer
-    if mine == 0:
-        if careful:
-            return op
-        u = rng.random()
-        if u < p_hasty:
-            return 'Action: Answer\nFinal Answer: ["999"]'
-        if u < p_hasty + p_sloppy:
-            return "Action: Operation\n```sql\nSELECT SUM(no_such_col) FROM t;\n```"
-        return op
-    if error and not careful and rng.random() < 0.7:
-        return 'Action: Answer\nFinal Answer: ["0"]'
-    return op
-
-
-class TextPolicy(RolloutEngine):
-    """A scripted engine: decodes the context, ``reply(text, seed) -> str``, re-encodes."""
-
-    def __init__(self, tokenizer, version: int):
-        self.tok = tokenizer
-        self.version = version
-        self.im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    @property
-    def weight_version(self):
-        return self.version
-
-    async def end_episode(self, episode_id):
-        pass
-
-    def result(self, request, out: str) -> GenerateResult:
-        ids = self.tok.encode(out, add_special_tokens=False)[: request.params.max_new_tokens - 1]
-        ids = ids + [self.im_end]
-        return GenerateResult(request_id=request.request_id, token_ids=ids,
-                              logprobs=[-0.05] * len(ids), finish_reason=FINISH_STOP,
-                              weight_version=self.version)
-
-
-class SeededDBBenchPolicy(TextPolicy):
-    """A scripted sampling target (module docstring)."""
-
-    def __init__(self, tokenizer, items: dict, *, p_hasty: float = 0.4, p_sloppy: float = 0.3,
-                 version: int = 3, crash_marker: str = "", latency_ms: float = 0.0):
-        super().__init__(tokenizer, version)
-        self.latency_s = latency_ms / 1e3   # a served model's per-call latency (benchmarks)
-        self.crash_marker = crash_marker     # seen in the context: the process dies (os._exit)
-        self.items = items
-        self.p_hasty, self.p_sloppy = p_hasty, p_sloppy
-        self.calls = 0
-        self.seeds: list = []
-
-    async def generate(self, request):
-        self.calls += 1
-        self.seeds.append(request.params.seed)
-        if self.latency_s:
-            import asyncio
-
-            await asyncio.sleep(self.latency_s)
-        text = self.tok.decode(list(request.input_ids), skip_special_tokens=False)
-        if self.crash_marker and self.crash_marker in text:
-            import os
-
-            os._exit(3)
-        return self.result(request, decide(self.items, text, request.params.seed,
-                                           self.p_hasty, self.p_sloppy))
+    def __init__(self, tokenizer, items: dict, **kw):
+        super().__init__(tokenizer, items, **kw)
 
 
 def make_policy(tokenizer=None, *, seed: int = 1, n: int = 3, categories=None, p_hasty=0.4,

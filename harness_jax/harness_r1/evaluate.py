@@ -1,0 +1,266 @@
+"""The Harness-R1 table of one training run: the target's success under each engineer, the hook
+ablation and the transfer, as JSON (schema below) and markdown. ``launch/evaluate_engineer.py``
+is the thin main.
+
+    from harness_jax.harness_r1 import evaluate
+    table = evaluate.run_table(config, workdir, split="held_out")     # a run of launch/engineer.py
+    merged = evaluate.merge_tables([t_dbbench, t_alfworld, t_webshop])  # the equal-weight mean
+
+Arms (``r1.table.arms``): ``default`` (the target under its base harness: the baseline itself),
+``react`` (ReAct harness), ``self_refine`` (a fixed Self-Refine overlay), ``rule`` (the rule-based
+engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
+``sft`` (the engineer after cold-start SFT: ``sft_checkpoints/``) and ``grpo`` (after GRPO:
+``checkpoints/``). Engineers write one patch per packet (greedy for the model engineers); every
+arm is a paired rerun against the cached baseline of each packet's batch (``tables``).
+
+``split="held_out"`` uses the run's held-out packets (``env.eval_split``, e.g. ``selection``);
+``split="test"`` builds test packets (baselines of the target on the environment's sealed test
+split, ``r1.packets.held_out_batches`` batches) inside ``sealed_test_access`` -- only this entry
+point opens it.
+
+JSON schema (``harness-r1-table-v1``)::
+
+    {"schema": "harness-r1-table-v1", "split": "held_out", "config": <run name>,
+     "target": <identity>, "benchmarks": ["dbbench"],
+     "arms": {<arm>: {<benchmark>: success, ..., "mean": equal-weight mean}},
+     "rows": [{"arm", "benchmark", "target", "batches", "success_before", "success_after",
+               "delta", "valid_frac", "noop_frac", "infra_batches", "target_episodes",
+               "details": [...]}],
+     "ablation": {"arm", "benchmark", "packets", "full_delta",
+                  "hooks": {<hook>: {"delta", "drop", "packets"}}} | null,
+     "transfer": [{"target", "target_key", "valid", "packet_success", "packet_failures",
+                   "heldout_before", "heldout_after", "delta", "delta_std", "seeds"}]}
+
+``merge_tables`` concatenates the rows of per-benchmark tables and recomputes ``arms`` (a
+benchmark an arm lacks makes its mean NaN, never a re-weighted mean).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Optional, Sequence
+
+SCHEMA = "harness-r1-table-v1"
+ARMS = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
+
+
+def model_engineer(config, workdir: str, which: str):
+    """``(ModelEngineer, engine)`` of the run's engineer after SFT (``which="sft"``) or GRPO
+    (``"grpo"``), greedy, on the config's rollout mode (servers get the weights first)."""
+    from harness_jax.harness_r1.engineers import ModelEngineer
+    from harness_jax.train import builders, rollout
+    from harness_jax.train.evaluation import policy_model
+    from harness_jax.train.workdir import RunPaths
+
+    paths = RunPaths.of(workdir)
+    ckpt = paths.sft_checkpoints if which == "sft" else paths.checkpoints
+    if not ckpt.exists():
+        raise FileNotFoundError(f"arm {which!r}: no {ckpt}; run launch/engineer.py with this config and "
+                                "workdir first")
+    tok = rollout.load_tokenizer(config, paths.tokenizer)
+    mesh, rules = builders.make_mesh(config), builders.mesh_rules(config)
+    model, _ = policy_model(config, str(ckpt), mesh, rules)
+    colocated = config.rollout.mode == "colocated"
+    engine, sync = rollout.build_engine(config, model, tok, version=0,
+                                        sync_dir="" if colocated else paths.local("weight_sync_eval"))
+    if not colocated:
+        sync(model, 0)
+    r = config.rollout
+    return ModelEngineer(engine, tok, name=which, temperature=0.0, top_p=1.0,
+                         max_new_tokens=int(r.max_new_tokens)), engine
+
+
+def make_arm(config, workdir: str, name: str, harness):
+    """``(Arm, closer)`` for one arm name (module docstring)."""
+    from harness_jax.harness_r1 import engineers
+    from harness_jax.harness_r1.tables import Arm
+
+    if name == "default":
+        return Arm("default"), None
+    if name == "react":
+        return Arm("react", harness=engineers.react_harness(harness)), None
+    if name == "self_refine":
+        return Arm("self_refine", engineers.FixedPatchEngineer(
+            engineers.self_refine_patch(config.env.name), "self_refine")), None
+    if name == "rule":
+        return Arm("rule", engineers.RuleBasedEngineer()), None
+    if name == "prompt":
+        from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
+
+        t = config.r1.table
+        client = OpenAIChatClient(ChatClientConfig(
+            base_url=t.prompt_base_url, model=t.prompt_model, api_key_env=t.prompt_api_key_env or None,
+            cache_dir=os.path.join(workdir, "cache", "prompt_engineer")))
+        return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(client, temperature=0.0)), None
+    if name in ("sft", "grpo"):
+        eng, engine = model_engineer(config, workdir, name)
+        return Arm(name, eng), getattr(engine, "close", None)
+    raise ValueError(f"arm {name!r}: use one of {ARMS}")
+
+
+def test_packets(config, workdir: str, target, tok):
+    """Test-split packets of the target (built inside ``sealed_test_access``; cached)."""
+    from harness_jax.envs import registry
+    from harness_jax.harness_r1 import pipeline
+    from harness_jax.harness_r1.baseline import BaselineCache
+    from harness_jax.harness_r1.packets import build_packet_dataset
+
+    p = config.r1.packets
+    paths = pipeline.Paths(workdir)
+    with registry.sealed_test_access(f"Harness-R1 table of {config.name}"):
+        return build_packet_dataset(
+            target, pipeline.env_ref(config), pipeline.target_harness(config),
+            os.path.join(workdir, "packets_test"), batches={"held_out": int(p.held_out_batches)},
+            batch_size=int(p.batch_size), budget_tokens=int(p.budget_tokens), n_per_task=int(p.n_per_task),
+            seed=int(p.seed), cache=BaselineCache(paths.baseline_cache(config)), tokenizer=tok,
+            config=pipeline.executor_config(config), env_splits={"held_out": "test"},
+            split_kwargs=pipeline.split_kwargs(config))
+
+
+def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 0) -> Optional[dict]:
+    """Per hook point: the mean Delta_B of the arm's patches without it and the mean drop."""
+    from harness_jax.harness_r1.baseline import run_sync
+    from harness_jax.harness_r1.tables import aablate_hooks, apropose
+
+    async def go():
+        per_hook: dict = {}
+        full = []
+        for i, pk in enumerate(packets):
+            resp = (await apropose(arm.engineer, pk, 1, seed * 1000 + i))[0]
+            try:
+                rows = await aablate_hooks(resp, pk.env_name, target, [tasks[t] for t in pk.task_ids],
+                                           baselines.get(pk.baseline_key), cache=cache, tokenizer=tok)
+            except ValueError:
+                continue                       # an invalid patch has no hooks to remove
+            full.append(rows[0]["delta"])
+            for r in rows[1:]:
+                per_hook.setdefault(r["removed"], []).append(r)
+        return full, per_hook
+
+    full, per_hook = run_sync(go(), "ablation")
+    if not full:
+        return None
+    mean = lambda xs: sum(xs) / len(xs)          # noqa: E731
+    return {"arm": arm.name, "benchmark": packets[0].env_name, "packets": len(full),
+            "full_delta": mean(full),
+            "hooks": {h: {"delta": mean([r["delta"] for r in rs]), "drop": mean([r["drop"] for r in rs]),
+                          "packets": len(rs)} for h, rs in per_hook.items()}}
+
+
+def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[Sequence[str]] = None,
+              console=None) -> dict:
+    """The table of one run (module docstring); also written to ``<workdir>/table_<split>.json``
+    and ``.md``."""
+    from harness_jax import config_validation
+    from harness_jax.harness_r1 import pipeline
+    from harness_jax.harness_r1.baseline import BaselineCache
+    from harness_jax.harness_r1.engineers import RuleBasedEngineer
+    from harness_jax.harness_r1.packets import PacketDataset
+    from harness_jax.harness_r1.reward import RewardCache
+    from harness_jax.harness_r1.tables import evaluate_arm, success_table, transfer
+
+    console = console or pipeline.SILENT
+    if split not in ("held_out", "test"):
+        raise ValueError(f"split={split!r}: use 'held_out' (the run's held-out packets) or 'test'")
+    config_validation.validate(config)
+    arms = tuple(arms or config.r1.table.arms)
+    tok = pipeline.target_tokenizer(config)
+    target = pipeline.target_spec(config).build(tok)
+    paths = pipeline.Paths(workdir)
+    baselines = BaselineCache(paths.baseline_cache(config))
+    cache = RewardCache(paths.reward_cache)
+    ds = test_packets(config, workdir, target, tok) if split == "test" else PacketDataset(paths.packets)
+    packets = ds.load("held_out")[:int(config.eval.num_tasks)] if split == "held_out" else ds.load("held_out")
+    if not packets:
+        raise ValueError(f"no {split} packets in {ds.root}; run launch/engineer.py first")
+    tasks = ds.tasks("held_out")
+    harness = pipeline.target_harness(config)
+    rows, abl = [], None
+    try:
+        for name in arms:
+            arm, close = make_arm(config, workdir, name, harness)
+            try:
+                row = evaluate_arm(arm, packets, target, baselines, tasks, tokenizer=tok, cache=cache,
+                                   eval_attempts=int(config.r1.eval_attempts), seed=int(config.seed))
+                rows.append(row)
+                console.line(f"[table] {arm.name}: success {row.success_before:.3f} -> {row.success_after:.3f} "
+                             f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches)")
+                if name == config.r1.table.ablate and arm.engineer is not None:
+                    abl = ablation(arm, packets, target, baselines, tasks, tok=tok, cache=cache,
+                                   seed=int(config.seed))
+            finally:
+                if close is not None:
+                    close()
+        tr = []
+        specs = json.loads(config.r1.table.transfer_targets or "[]")
+        if specs:
+            eng_arm = config.r1.table.ablate or "rule"
+            arm, close = (make_arm(config, workdir, eng_arm, harness) if eng_arm != "rule"
+                          else (None, None))
+            try:
+                engineer = arm.engineer if arm is not None else RuleBasedEngineer()
+                tr = transfer(engineer, specs, pipeline.env_ref(config), harness,
+                              [tasks[t] for t in packets[0].task_ids],
+                              [tasks[t] for pk in packets[1:] for t in pk.task_ids] or
+                              [tasks[t] for t in packets[0].task_ids],
+                              baseline_cache=baselines, reward_cache=cache, tokenizer=tok,
+                              budget_tokens=int(config.r1.packets.budget_tokens),
+                              config=pipeline.executor_config(config))
+            finally:
+                if close is not None:
+                    close()
+    finally:
+        target.close()
+    table = dict(schema=SCHEMA, split=split, config=config.name, target=str(target.identity),
+                 **success_table(rows), rows=[r.to_dict() for r in rows], ablation=abl, transfer=tr)
+    write(table, os.path.join(workdir, f"table_{split}"))
+    return table
+
+
+def merge_tables(tables: Sequence[dict]) -> dict:
+    """Per-benchmark tables -> one table with the equal-weight mean over benchmarks."""
+    from harness_jax.harness_r1.tables import Row, success_table
+
+    if not tables:
+        raise ValueError("merge_tables: no tables")
+    bad = [t.get("schema") for t in tables if t.get("schema") != SCHEMA]
+    if bad:
+        raise ValueError(f"merge_tables: not {SCHEMA} tables ({bad[0]!r})")
+    rows = [Row(**r) for t in tables for r in t["rows"]]
+    return dict(schema=SCHEMA, split=",".join(sorted({t["split"] for t in tables})),
+                config=",".join(t["config"] for t in tables), target=",".join(sorted({t["target"] for t in tables})),
+                **success_table(rows), rows=[r.to_dict() for r in rows],
+                ablation=[t["ablation"] for t in tables if t.get("ablation")],
+                transfer=[x for t in tables for x in t.get("transfer") or []])
+
+
+def markdown(table: dict) -> str:
+    from harness_jax.harness_r1.tables import table_markdown
+
+    out = [f"### Target success under each engineer ({table['split']}; success %, equal-weight mean)", "",
+           table_markdown(table)]
+    abls = table.get("ablation")
+    for a in ([abls] if isinstance(abls, dict) else abls or []):
+        out += ["", f"### Hook ablation ({a['arm']}, {a['benchmark']}, {a['packets']} packets; full Δ_B "
+                    f"{a['full_delta']:+.3f})", "", "| removed hook | Δ_B | drop |", "|---|---|---|"]
+        out += [f"| {h} | {v['delta']:+.3f} | {v['drop']:+.3f} |" for h, v in a["hooks"].items()]
+    if table.get("transfer"):
+        out += ["", "### Transfer", "", "| target | valid | held-out before | after | Δ_B |", "|---|---|---|---|---|"]
+        out += [f"| {r['target']} | {r['valid']} | {_pct(r['heldout_before'])} | {_pct(r['heldout_after'])} | "
+                f"{r['delta']:+.3f} |" for r in table["transfer"]]
+    return "\n".join(out) + "\n"
+
+
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+def write(table: dict, stem: str) -> tuple[str, str]:
+    """``<stem>.json`` and ``<stem>.md`` (atomically)."""
+    os.makedirs(os.path.dirname(os.path.abspath(stem)) or ".", exist_ok=True)
+    for ext, text in ((".json", json.dumps(table, indent=1, default=float)), (".md", markdown(table))):
+        with open(stem + ext + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(stem + ext + ".tmp", stem + ext)
+    return stem + ".json", stem + ".md"

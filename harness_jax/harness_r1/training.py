@@ -1,0 +1,265 @@
+"""Harness-R1 engineer training on the loop's machinery: cold-start SFT, then GRPO on Delta_B.
+
+The engineer is a policy like any other, so it trains with the project's one loop
+(``train.loop.Trainer``: learner, weight sync, async producer with bounded staleness,
+checkpoints and resume, SIGTERM, metrics writer, progress); only what the policy is trained ON
+differs, and that is what this module supplies:
+
+* the **stream** is the train split of the packet dataset (``TaskStream`` over packets: shuffled
+  per epoch, checkpointed), ``rl.tasks_per_step`` packets per step;
+* a packet's **group** (``EngineerCollector._group``): ``K = rl.group_size`` seeded samples from
+  the engineer's engine (``ModelEngineer.asample``: prompt ids, tokens, the engine's log-probs),
+  each parsed, validated and evaluated independently by re-running the frozen target on the
+  packet's whole batch with the baseline's seeds (``reward.aevaluate_group``: duplicates once,
+  distinct patches in parallel or on an ``EvaluationPool``, the reward cache);
+  ``r_k = Delta_B`` (0 when invalid, no-op or incomplete). Samples whose evaluation stayed
+  incomplete (infrastructure) are not scored and not trained on. Each scored sample is one
+  ``Episode`` with one ``TokenSegment`` (prompt masked, the response with its rollout
+  log-probs), so ``groups.compute_advantages`` (the project's one advantage path) gives the
+  sequence-level ``A_k = (r_k - mean) / max(std, eps)`` over the scored samples, exactly
+  ``reward.group_advantages_K`` (tested);
+* the **loss** is the learner's: ``rl.agg="seq_mean_token_mean"`` (``1/K sum_k 1/T_k sum_t``),
+  the asymmetric clip ``rl.eps_low/eps_high``, the truncated importance weight
+  ``rl.tis_mode="cap"``: ``min(exp(l_tr - l_ro), rl.tis_cap)`` (``"literal"``: the paper's
+  printed ``clip(l_tr - l_ro, 0, C)``). Only the engineer's parameters exist in the learner; the
+  target is a ``FrozenTarget`` whose update methods raise;
+* the **SFT phase** (``_warm_start``) trains on the cold-start examples with the loss averaged
+  over all response tokens of the data set (``rl.sft``: ``"dataset_token_mean"``);
+* **evaluation** (``evaluate``) measures the engineer on held-out packets: ``eval.k`` samples
+  per packet at ``eval.temperature``, each evaluated like a training sample; mean Delta_B, the
+  fraction of valid patches, no-ops, and the batch success under the patches; with a sampling
+  temperature also the greedy patch (one per packet, what would be deployed) under ``greedy``.
+
+Everything the training run reads from outside (packets, baselines, SFT examples, the target)
+comes in an ``EngineerData``; ``harness_r1.pipeline`` builds it stage by stage.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+from absl import logging
+
+from harness_jax.harness_r1.engineers import ModelEngineer
+from harness_jax.harness_r1.packets import Packet, PacketDataset
+from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
+from harness_jax.harness_r1.reward import GroupEvaluation, aevaluate_group, engineer_segments
+from harness_jax.train.collect import Collector, episode_seed
+from harness_jax.train.groups import Episode, Group
+from harness_jax.train.loop import Trainer
+
+
+@dataclasses.dataclass
+class EngineerData:
+    """What engineer training reads: the frozen target, the packet dataset with its baselines,
+    the reward cache and the cold-start SFT examples."""
+
+    target: Any                          # harness_r1.FrozenTarget
+    target_tokenizer: Any                # the tokenizer the target's executor uses
+    dataset: PacketDataset
+    baselines: Any                       # BaselineCache (or dict key -> Baseline)
+    reward_cache: Any = None             # RewardCache or None
+    sft_examples: str = ""               # JSONL of SFT examples (engineer token ids)
+    train_split: str = "train"           # packet split trained on
+    eval_split: str = "held_out"         # packet split evaluated
+    pool: Any = None                     # EvaluationPool or None (in-process)
+    eval_attempts: int = 3               # reward: infrastructure rounds per evaluation
+    require_code_hook_only: bool = False  # reward: only add_code_hook actions are valid
+
+    def __post_init__(self):
+        self._baselines: dict = {}
+        self._lock = threading.Lock()
+
+    def baseline(self, packet: Packet):
+        with self._lock:
+            b = self._baselines.get(packet.baseline_key)
+            if b is None:
+                b = self.baselines.get(packet.baseline_key)
+                if b is None:
+                    raise KeyError(f"packet {packet.packet_id}: no cached baseline "
+                                   f"{packet.baseline_key}; rebuild the packets with the same cache")
+                self._baselines[packet.baseline_key] = b
+            return b
+
+    def reward_kw(self) -> dict:
+        return dict(cache=self.reward_cache, pool=self.pool, tokenizer=self.target_tokenizer,
+                    response_protocol=RESPONSE_PROTOCOL, eval_attempts=self.eval_attempts,
+                    require_code_hook_only=self.require_code_hook_only)
+
+    async def aevaluate(self, packet: Packet, responses: Sequence[str], eps: float = 1e-6
+                        ) -> GroupEvaluation:
+        """The K responses of one packet, evaluated against its cached baseline."""
+        return await aevaluate_group(responses, packet.env_name, self.target,
+                                     self.dataset.batch(packet), self.baseline(packet), eps=eps,
+                                     **self.reward_kw())
+
+
+def packet_group(group_id: str, packet: Packet, prompt_ids, results, ge: GroupEvaluation) -> Group:
+    """The scored samples of one packet as a loop ``Group``: one ``Episode`` (one segment) per
+    sample; unscored (infrastructure-incomplete) samples are counted in ``info``, not trained."""
+    segs = engineer_segments(prompt_ids, results, ge, group_id)
+    episodes = [Episode(episode_id=s.episode_id, task=packet, harness_id="engineer",
+                        reward=float(s.reward), success=s.reward > 0, segments=[s],
+                        policy_version=int(s.policy_version), num_turns=1) for s in segs]
+    return Group(group_id, packet, episodes, harness_id="engineer",
+                 info={"infra_errors": int(np.sum(~ge.scored_K)), "r1": ge.metrics()})
+
+
+def step_metrics(records: Sequence[dict]) -> dict:
+    """``r1/*`` metrics of one step from its packets' ``GroupEvaluation.metrics()``: mean
+    Delta_B over all samples, valid / no-op / infrastructure fractions, duplicates, distinct
+    patches evaluated, target episodes, zero-variance packets."""
+    if not records:
+        return {}
+    k = sum(r["k"] for r in records)
+    w = lambda name: sum(r[name] * r["k"] for r in records) / k   # noqa: E731
+    return {"r1/delta_b_mean": w("mean_reward"), "r1/delta_b_max": max(r["max_reward"] for r in records),
+            "r1/valid_frac": w("valid_frac"), "r1/noop_frac": w("noop_frac"),
+            "r1/infra_frac": w("infra_frac"), "r1/packets": float(len(records)),
+            "r1/duplicates": float(sum(r["duplicates"] for r in records)),
+            "r1/unique_patches": float(sum(r["unique_patches"] for r in records)),
+            "r1/evaluated_patches": float(sum(r["evaluated"] for r in records)),
+            "r1/target_episodes": float(sum(r["target_episodes"] for r in records)),
+            "r1/zero_variance_packets": float(sum(bool(r["zero_variance"]) for r in records))}
+
+
+class EngineerCollector(Collector):
+    """The loop's collector with packets for tasks (module docstring); dynamic sampling and
+    over-sampling rounds are the base class's."""
+
+    def __init__(self, config, runner, stream, tokenizer, data: EngineerData):
+        super().__init__(config, runner, stream, harness_selector=None)
+        r = config.rollout
+        self.engineer = ModelEngineer(runner.engine, tokenizer, name="engineer",
+                                      temperature=float(r.temperature), top_p=float(r.top_p),
+                                      max_new_tokens=int(r.max_new_tokens))
+        self.data = data
+        self.eps = float(config.rl.adv_eps)
+        self._records: dict[int, list] = {}
+        self._lock = threading.Lock()
+
+    async def _group(self, packet, step: int, index: int) -> Optional[Group]:
+        gid = f"s{step}-p{index}-{packet.packet_id}"
+        prompt_ids, results, texts = await self.engineer.asample(
+            packet, self.group_size, episode_seed(self.seed, step, index))
+        ge = await self.data.aevaluate(packet, texts, self.eps)
+        with self._lock:
+            self._records.setdefault(step, []).append(ge.metrics())
+        return packet_group(gid, packet, prompt_ids, results, ge)
+
+    def pop_records(self, step: int) -> list[dict]:
+        """The evaluations of every packet sampled for ``step`` (dropped groups included)."""
+        with self._lock:
+            return self._records.pop(step, [])
+
+
+async def aevaluate_engineer(engineer: ModelEngineer, data: EngineerData, packets: Sequence[Packet], *,
+                             k: int, temperature: float, seed: int = 0) -> dict:
+    """The engineer on ``packets``: ``k`` samples each at ``temperature``, every sample evaluated
+    like a training sample. Returns the mean Delta_B over all samples (invalid/no-op = 0), the
+    valid / no-op fractions, the mean best-of-k Delta_B, the batches' baseline success and the
+    success under the patches (baseline + mean Delta_B), and per-packet details."""
+    async def one(i, pk):
+        _, _, texts = await engineer.asample(pk, k, seed * 7919 + i, temperature=temperature)
+        return pk, await data.aevaluate(pk, texts)
+
+    got = await asyncio.gather(*(one(i, pk) for i, pk in enumerate(packets)))
+    details, rewards, valid, noop, best, base = [], [], [], [], [], []
+    for pk, ge in got:
+        scored = [e for e in ge.evaluations if e.scored]
+        r = [e.reward for e in scored]
+        rewards += r
+        valid += [e.valid for e in ge.evaluations]
+        noop += [e.noop for e in ge.evaluations]
+        best.append(max(r) if r else 0.0)
+        b0 = data.baseline(pk).success_rate
+        base.append(b0)
+        details.append({"packet": pk.packet_id, "baseline_success": b0,
+                        "delta_b": float(np.mean(r)) if r else 0.0, "rewards": r,
+                        "valid": [e.valid for e in ge.evaluations],
+                        "infra": int(np.sum(~ge.scored_K))})
+    mean = float(np.mean(rewards)) if rewards else 0.0
+    b = float(np.mean(base)) if base else 0.0
+    return {"delta_b": mean, "valid_frac": float(np.mean(valid)) if valid else 0.0,
+            "noop_frac": float(np.mean(noop)) if noop else 0.0,
+            "best_of_k_delta_b": float(np.mean(best)) if best else 0.0,
+            "baseline_success": b, "success_rate": b + mean, "packets": len(packets), "k": k,
+            "temperature": temperature, "samples": len(valid), "details": details}
+
+
+class EngineerTrainer(Trainer):
+    """``train.loop.Trainer`` for the engineer (module docstring). ``data``: ``EngineerData``;
+    ``on_sft_step(step, metrics)`` is called after every SFT step (the launcher's console)."""
+
+    def __init__(self, config, workdir, *, data: EngineerData, devices=None,
+                 on_step: Optional[Callable[[int, dict], None]] = None,
+                 on_sft_step: Optional[Callable[[int, dict], None]] = None,
+                 on_eval: Optional[Callable[[str, dict], None]] = None):
+        self.data = data
+        self.on_sft_step = on_sft_step
+        self.on_eval = on_eval
+        super().__init__(config, workdir, devices=devices, on_step=on_step)
+
+    # ---- the data the loop trains on: packets ----------------------------------------------
+    def _build_data(self, harness_selector, post_processors) -> None:
+        from harness_jax.train.data import TaskStream
+
+        c = self.config
+        train = self.data.dataset.load(self.data.train_split)
+        if not train:
+            raise ValueError(f"no {self.data.train_split} packets in {self.data.dataset.root}: every "
+                             "baseline batch succeeded; use a weaker target or bigger batches")
+        self.stream = TaskStream(train, seed=c.seed)
+        self.eval_tasks = self.data.dataset.load(self.data.eval_split)[:int(c.eval.num_tasks)]
+        self.collector = EngineerCollector(c, self.ctx.runner, self.stream, self.ctx.tokenizer, self.data)
+
+    def _warm_start(self) -> dict:
+        from harness_jax.harness_r1 import dataset
+        from harness_jax.train import sft_warmstart
+
+        segments = dataset.sft_segments(self.data.sft_examples)
+        return sft_warmstart.train_segments(self.ctx, segments, should_stop=self._stop.is_set,
+                                            agg=self.config.r1.sft_agg, on_step=self.on_sft_step)
+
+    def _train_on(self, batch, timer) -> dict:
+        out = super()._train_on(batch, timer)
+        out.update(step_metrics(self.collector.pop_records(batch.step)))
+        return out
+
+    # ---- evaluation: held-out packets -----------------------------------------------------
+    def evaluate(self, tag: str) -> dict:
+        from harness_jax.train.loop import _flat
+
+        c = self.config
+        t0 = time.perf_counter()
+        if not self.eval_tasks:
+            res = {"delta_b": float("nan"), "packets": 0}
+        else:
+            engineer = self.collector.engineer
+            res = _run(aevaluate_engineer(engineer, self.data, self.eval_tasks, k=int(c.eval.k),
+                                          temperature=float(c.eval.temperature), seed=int(c.seed)))
+            if float(c.eval.temperature) > 0:     # also the deployed patch: greedy, one per packet
+                g = _run(aevaluate_engineer(engineer, self.data, self.eval_tasks, k=1, temperature=0.0,
+                                            seed=int(c.seed)))
+                res["greedy"] = {k: v for k, v in g.items() if k != "details"}
+        res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
+        self.history["eval"].append(res)
+        self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
+                                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        logging.info("eval[%s] step %d: held-out mean Delta_B %.3f, valid %.2f", tag, self.step,
+                     res.get("delta_b", float("nan")), res.get("valid_frac", float("nan")))
+        if self.on_eval is not None:
+            self.on_eval(tag, res)
+        return res
+
+
+def _run(coro):
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    raise RuntimeError("engineer evaluation blocks; call it outside a running event loop")

@@ -1,0 +1,166 @@
+"""Harness-R1 presets (experiments/configs/harness_r1): they validate, document their command and
+expected result, name their sweeps, reject bad values with the path and the fix (all at once,
+before anything is built), and the accelerator presets' engineer train step lowers for their
+meshes on CPU fake devices (as tests/experiments/test_aot.py does for the agent presets)."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from experiments.configs.harness_r1 import common as r1_common
+from experiments.configs.harness_r1 import gpu8, tiny_cpu, tpu
+from harness_jax import config_schema
+from harness_jax import config_validation as cv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCHES = [b for b in gpu8.BENCHMARKS if b in config_schema.env_sections()]
+
+
+@pytest.mark.parametrize("mod,n", [(gpu8, 4), (tpu, 16)])
+@pytest.mark.parametrize("bench", BENCHES)
+def test_accelerator_presets_validate(mod, n, bench):
+    c = mod.get_config(bench)
+    cv.validate(c, num_devices=n)
+    assert c.env.name == bench and c.rl.agg == "seq_mean_token_mean" and c.rl.tis_mode == "cap"
+    assert c.rl.async_mode and c.rl.max_staleness == 4 and c.rl.group_size == 8
+    assert c.r1.target.kind == "sglang"
+
+
+def test_tiny_preset_validates_and_documents_itself():
+    c = tiny_cpu.get_config()
+    cv.validate(c, num_devices=1)
+    for mod, cmd in ((tiny_cpu, "launch/engineer.py --config=experiments/configs/harness_r1/tiny_cpu.py"),
+                     (gpu8, "launch/engineer.py --config=experiments/configs/harness_r1/gpu8.py:dbbench"),
+                     (tpu, "launch/engineer.py --config=experiments/configs/harness_r1/tpu.py:dbbench")):
+        doc = " ".join(mod.__doc__.split())
+        assert cmd in doc and "Expected result" in doc, mod.__name__
+    assert set(tiny_cpu.SWEEPS) == {"seeds"}
+    with pytest.raises(ValueError, match="benchmark"):
+        gpu8.get_config("swe")
+
+
+def test_every_r1_field_has_a_comment():
+    import ast
+
+    src = open(r1_common.__file__).read()
+    lines = src.splitlines()
+    fields = [(ast.get_source_segment(src, n.targets[0]), lines[n.end_lineno - 1]) for n in ast.walk(ast.parse(src))
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute)
+              and not ast.get_source_segment(src, n.value).endswith("ConfigDict()")]
+    assert len(fields) > 40
+    for target, line in fields:
+        assert "#" in line, f"field without a one-line comment: {target}"
+
+
+def test_the_seed_sweep_resolves_through_the_launchers_flags():
+    from harness_jax.sweeps.spec import expand
+
+    runs = expand(os.path.join(ROOT, "experiments/configs/harness_r1/tiny_cpu.py"), "seeds", ROOT)
+    assert [r.overrides for r in runs] == [{"seed": 0}, {"seed": 1}, {"seed": 2}]
+    assert [r.config["seed"] for r in runs] == [0, 1, 2]
+
+
+def _bad(mutate):
+    c = tiny_cpu.get_config()
+    mutate(c)
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    return ei.value
+
+
+@pytest.mark.parametrize("mutate,path,fix_word", [
+    (lambda c: setattr(c.r1.target, "kind", "grpc"), "r1.target.kind", "sglang"),
+    (lambda c: setattr(c.r1.target, "options", "{not json"), "r1.target.options", "JSON object"),
+    (lambda c: setattr(c.r1.target, "options", '{"kwargs": {"seed": 5}}'), "r1.target.options", '"seed": 0'),
+    (lambda c: (setattr(c.r1.target, "kind", "sglang"), setattr(c.r1.target, "options", "{}")),
+     "r1.target.urls", "server URL"),
+    (lambda c: (setattr(c.r1.target, "kind", "jax"), setattr(c.r1.target, "model", "/no/such/hf"),
+                setattr(c.r1.target, "options", "{}")), "r1.target.model", "save_hf"),
+    (lambda c: setattr(c.r1.packets, "train_batches", 0), "r1.packets.train_batches", "train_batches >= 1"),
+    (lambda c: setattr(c.r1.packets, "budget_tokens", 50), "r1.packets.budget_tokens", ">= 200"),
+    (lambda c: setattr(c.r1.teacher, "kind", "oracle"), "r1.teacher.kind", "endpoint"),
+    (lambda c: setattr(c.r1.teacher, "kind", "endpoint"), "r1.teacher.base_url", "kind=rule"),
+    (lambda c: (setattr(c.r1.teacher, "kind", "endpoint"), setattr(c.r1.teacher, "base_url", "http://h/v1"),
+                setattr(c.r1.teacher, "api_key_env", "sk-123 secret")), "r1.teacher.api_key_env", "NAME"),
+    (lambda c: setattr(c.r1, "sft_agg", "sum"), "r1.sft_agg", "dataset_token_mean"),
+    (lambda c: setattr(c.r1, "eval_attempts", 0), "r1.eval_attempts", ">= 1"),
+    (lambda c: (setattr(c.rl, "async_mode", True), setattr(c.rl, "max_staleness", 8)),
+     "rl.max_staleness", "1..4"),
+    (lambda c: setattr(c.rl, "tis_mode", "clip"), "rl.tis_mode", "literal"),
+    (lambda c: setattr(c.r1.table, "arms", ("default", "oracle")), "r1.table.arms[1]", "grpo"),
+    (lambda c: setattr(c.r1.table, "arms", ("prompt",)), "r1.table.prompt_base_url", "prompt_model"),
+    (lambda c: setattr(c.r1.table, "transfer_targets", '[{"kind": "chat"}]'), "r1.table.transfer_targets",
+     "e.g."),
+    (lambda c: (setattr(c.env, "name", "alfworld"), setattr(c.r1.target, "concurrency", 4)),
+     "r1.target.concurrency", "concurrency=1"),
+])
+def test_bad_r1_config_reports_path_and_fix(mutate, path, fix_word):
+    err = _bad(mutate)
+    hits = [p for p in err.problems if p.path == path]
+    assert hits, f"expected a problem at {path}, got {[str(p) for p in err.problems]}"
+    assert fix_word in hits[0].fix + hits[0].problem, str(hits[0])
+    assert f"config.{path}" in str(err)
+    assert "sk-123" not in str(err)                       # a key given by mistake is never echoed
+
+
+def test_too_long_engineer_sequences_are_refused(tmp_path):
+    """Nothing is truncated silently: prompts that do not fit the engine or the packer fail with
+    the field and the fix."""
+    from types import SimpleNamespace
+
+    from harness_jax.harness_r1 import pipeline
+
+    c = tiny_cpu.get_config()
+    c.rollout.max_len = 256
+    pk = SimpleNamespace(text="x " * 400, env_name="dbbench")
+
+    class DS:
+        def splits(self):
+            return ["train"]
+
+        def load(self, split):
+            return [pk]
+
+    class Tok:
+        def encode(self, text, add_special_tokens=False):
+            return list(range(len(text) // 4))
+
+    with pytest.raises(ValueError, match="config.rollout.max_len.*Fix: raise"):
+        pipeline.check_lengths(c, DS(), Tok(), [])
+    c.rollout.max_len, c.rl.pack_len = 4096, 600
+    with pytest.raises(ValueError, match="config.rl.pack_len.*Fix: set"):
+        pipeline.check_lengths(c, DS(), Tok(), [{"prompt_ids": [0] * 700, "response_ids": [1] * 200}])
+
+
+@pytest.mark.slow
+def test_gpu_preset_engineer_train_step_compiles_on_4_fake_devices():
+    from harness_jax.train import aot
+
+    c = gpu8.get_config("dbbench")
+    cv.validate(c, num_devices=4)
+    rep = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:4], compile=True)
+    assert rep.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1, "expert": 1}
+    assert 8.5e9 < rep.num_params < 9.5e9                   # the 9B engineer
+    assert rep.rows == 32                                     # 8 micro-batches x 4 devices: K=8 x 4 packets
+    print(json.dumps(rep.as_dict()))
+
+
+@pytest.mark.slow
+def test_tpu_preset_engineer_train_step_lowers_on_16_fake_devices():
+    code = (
+        "import json, jax; from experiments.configs.harness_r1 import tpu as t;"
+        "from harness_jax import config_validation as cv; from harness_jax.train import aot;"
+        "c = t.get_config('alfworld'); cv.validate(c, num_devices=16);"
+        "r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:16], compile=False);"
+        "print('REPORT', json.dumps(r.as_dict()))")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+               XLA_FLAGS="--xla_force_host_platform_device_count=16")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    rep = json.loads(out.stdout.split("REPORT", 1)[1])
+    assert rep["mesh_shape"] == {"data": 1, "fsdp": 16, "tensor": 1, "expert": 1}
+    assert 8.5e9 < rep["num_params"] < 9.5e9 and rep["rows"] == 32
