@@ -114,10 +114,10 @@ def executor_config(config):
 
 
 def env_ref(config):
-    from harness_jax import config_schema
+    from harness_jax.envs import registry
     from harness_jax.harness_r1.baseline import EnvRef
 
-    kw = config_schema.env_section(config.env.name).env_kwargs(config.env)
+    kw = registry.config_section(config.env.name).env_kwargs(config.env)
     return EnvRef(config.env.name, {k: v for k, v in kw.items() if v is not None})
 
 

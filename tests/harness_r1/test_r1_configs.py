@@ -12,11 +12,11 @@ import pytest
 
 from experiments.configs.harness_r1 import common as r1_common
 from experiments.configs.harness_r1 import gpu8, tiny_cpu, tpu
-from harness_jax import config_schema
+from harness_jax.envs import registry
 from harness_jax import config_validation as cv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCHES = [b for b in gpu8.BENCHMARKS if b in config_schema.env_sections()]
+BENCHES = [b for b in gpu8.BENCHMARKS if b in registry.config_sections()]
 
 
 @pytest.mark.parametrize("mod,n", [(gpu8, 4), (tpu, 16)])
