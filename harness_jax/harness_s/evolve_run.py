@@ -146,8 +146,8 @@ def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> 
             client = None
             if e.editor != "deterministic" or e.diagnoser:
                 client = llm_client(config, os.path.join(state_dir, "llm_cache"))
-            editor = make_editor(e.editor, client=client, **({"temperature": float(hs.llm.temperature),
-                                                              "seed": int(hs.llm.seed)} if client else {}))
+            llm_kw = {"temperature": float(hs.llm.temperature), "seed": int(hs.llm.seed)}  # the LLM editor's
+            editor = make_editor(e.editor, client=client, **(llm_kw if client else {}))
             diagnoser = LLMDiagnoser(client, seed=int(hs.llm.seed)) if e.diagnoser else None
             cfg = evolution_config(config, pr.policy)
             bar = telemetry.Progress(cfg.max_generations, 0, config.log.progress_bar, desc="evolve generations")

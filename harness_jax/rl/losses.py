@@ -164,7 +164,9 @@ def token_weights(mask_BT, segment_ids_BT=None, *, agg: str = "token_mean", norm
     """Per-token aggregation weights and the denominator for one (micro-)batch.
 
     Returns ``(weight_BT, denom)`` such that ``loss = sum(weight_BT * l_BT) / denom``; the
-    denominator of a sum of micro-batches is the sum of their denominators. ``segment_ids_BT``
+    denominator of a sum of micro-batches is the sum of their denominators, except for
+    ``dataset_token_mean``, whose denominator is a constant of the optimizer batch (the learner
+    takes one denominator over the whole mini-batch in every mode). ``segment_ids_BT``
     (0 = padding, 1.. = packed sequences) identifies sequences inside a row; ``None`` means one
     sequence per row.
     """
