@@ -186,8 +186,7 @@ img{max-width:100%;border:1px solid #ddd;margin:.5em 0}"""
 
 def table_html(t: tables_lib.Table, ci: bool = True) -> str:
     cols = t.columns()
-    notes = tables_lib.footnotes(t)
-    marks = {key: i + 1 for i, (key, _) in enumerate(notes)}
+    notes, marks = tables_lib.footnotes(t)
     h = [f"<h3>{html.escape(t.spec.title)}</h3><table><tr><th>row</th>"
          + "".join(f"<th>{html.escape(tables_lib.column_name(t, b, m))}</th>" for b, m in cols) + "</tr>"]
     for row in t.rows:
@@ -195,14 +194,14 @@ def table_html(t: tables_lib.Table, ci: bool = True) -> str:
         for b, m in cols:
             c = t.cells[(row, b, m)]
             cls = "missing" if c.mean is None else ("partial" if c.n < c.expected and b != "mean" else "")
-            mark = f" <sup>[{marks[(row, b, m)]}]</sup>" if (row, b, m) in marks else ""
+            mark = "".join(f" <sup>[{i}]</sup>" for i in marks.get((row, b, m), []))
             title = html.escape("values: " + ", ".join(f"{v:.4g}" for v in c.values) + (" · runs: " + ", ".join(c.runs) if c.runs else ""))
             h.append(f'<td class="{cls}" title="{title}">{html.escape(tables_lib.cell_text(c, t.spec.percent, ci))}{mark}</td>')
         h.append("</tr>")
     h.append("</table>")
     if notes:
         h.append('<div class="notes">' + "<br>".join(
-            f"[{i + 1}] {html.escape(' / '.join(key))}: {html.escape(text)}" for i, (key, text) in enumerate(notes)) + "</div>")
+            f"[{i + 1}] {html.escape(text)}" for i, text in enumerate(notes)) + "</div>")
     return "\n".join(h)
 
 

@@ -107,7 +107,7 @@ class Table:
     def columns(self) -> list:
         """[(benchmark, column)] in order (the mean column last, benchmark ``"mean"``)."""
         cols = [(b, m) for b in self.benchmarks for m in self.spec.metrics]
-        if self.spec.mean_column:
+        if self.spec.mean_column and len(self.benchmarks) > 1:
             cols += [("mean", m) for m in self.spec.metrics]
         return cols
 
@@ -226,15 +226,18 @@ def check_metrics(specs: Sequence[TableSpec], runs: Sequence[Run], flag: str = "
 
 # ------------------------------------------------------------------------------ grouping
 def row_keys_auto(runs: Sequence[Run], seed_key: str = "seed") -> list[str]:
-    """The swept paths other than the seed, in first-seen order, and ``name`` first when the
-    runs' config names differ."""
+    """The swept paths whose values differ across the runs, except the seed, in first-seen order,
+    and ``name`` first when the runs' config names differ (a path every run sets to one value,
+    e.g. a ``hyper.fixed`` part of the sweep, makes no row)."""
     keys: list[str] = []
     for r in runs:
         for k in r.overrides:
             if k != seed_key and k not in keys:
                 keys.append(k)
-    names = {r.config.get("name") for r in runs}
-    return (["name"] if len(names) > 1 else []) + keys
+    varying = [k for k in keys
+               if len({repr(r.overrides.get(k, config_get(r.config, k))) for r in runs}) > 1]
+    names = {r.config.get("name") for r in runs if r.config}
+    return (["name"] if len(names) > 1 else []) + varying
 
 
 def row_label(run: Run, keys: Sequence[str]) -> str:
@@ -269,7 +272,8 @@ def build(runs: Sequence[Run], specs: Sequence[TableSpec], row_keys: Optional[Se
     """The tables of ``specs`` over ``runs`` (module docstring)."""
     keys = list(row_keys) if row_keys is not None else row_keys_auto(runs, seed_key)
     groups = group_runs(runs, keys, seed_key, benchmark_key)
-    benchmarks = sorted({benchmark_of(r, benchmark_key) for r in runs})
+    # a run that recorded no config and did not finish has no benchmark: it is in the runs list only
+    benchmarks = sorted({benchmark_of(r, benchmark_key) for r in runs if r.done or r.config})
     ignore = {seed_key, *keys}
     out = []
     for spec in specs:
@@ -281,7 +285,7 @@ def build(runs: Sequence[Run], specs: Sequence[TableSpec], row_keys: Optional[Se
                 for b in benchmarks:
                     here = [r for r in members if benchmark_of(r, benchmark_key) == b]
                     for m in spec.metrics:
-                        cells[(row, b, m)] = _cell(row, b, m, spec.source(arm, m), here, ignore, strict)
+                        cells[(row, b, m)] = _cell(row, b, m, spec.source(arm, m), here, ignore, strict, seed_key)
                 if spec.mean_column:
                     for m in spec.metrics:
                         cells[(row, "mean", m)] = _mean_cell(row, m, [cells[(row, b, m)] for b in benchmarks])
@@ -289,7 +293,8 @@ def build(runs: Sequence[Run], specs: Sequence[TableSpec], row_keys: Optional[Se
     return out
 
 
-def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], ignore: set, strict: bool) -> Cell:
+def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], ignore: set, strict: bool,
+          seed_key: str = "seed") -> Cell:
     c = Cell(row, bench, column, metric, expected=len(runs))
     used = []
     for r in runs:
@@ -312,6 +317,9 @@ def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], i
                 raise TablesError(f"--strict: cell {row} / {bench} / {column} {msg} "
                                   f"(runs {', '.join(c.runs)}); give --rows those paths to split them")
             c.notes.append(msg)
+        seeds = [config_get(r.config, seed_key) for r in used]
+        if len(set(map(repr, seeds))) < len(seeds):
+            c.notes.append(f"runs share a seed ({seed_key} = {', '.join(map(str, seeds))}): not independent seeds")
         versions = {(r.code.get("commit"), r.code.get("diff_sha256")) for r in used if r.code}
         if len(versions) > 1:
             shown = sorted(f"{(v[0] or '?')[:10]}{'+' + v[1][:8] if v[1] else ''}" for v in versions)
@@ -357,24 +365,35 @@ def cell_text(c: Cell, percent: bool, ci: bool = False) -> str:
 
 def column_name(t: Table, bench: str, metric: str) -> str:
     m = metric if not t.spec.percent else f"{metric} (%)"
-    return m if len(t.benchmarks) == 1 and bench != "mean" else f"{bench} {m}"
+    return f"{bench} {m}"
 
 
-def footnotes(t: Table) -> list[tuple[tuple, str]]:
-    """[((row, benchmark, column), text)] for cells with missing runs or notes."""
-    out = []
+def footnotes(t: Table) -> tuple[list[str], dict]:
+    """(texts, {(row, benchmark, column): [1-based numbers]}) for shown cells with missing runs or
+    notes; a text shared by several cells is numbered once."""
+    texts: list[str] = []
+    marks: dict = {}
+    shown = set((row, b, m) for row in t.rows for b, m in t.columns())
     for key, c in t.cells.items():
-        parts = list(c.notes)
-        if c.missing and (c.mean is None or c.n < c.expected or c.benchmark == "mean"):
-            parts.append("missing: " + "; ".join(c.missing))
-        if parts:
-            out.append((key, " · ".join(parts)))
+        if key not in shown:
+            continue
+        for text in _cell_notes(c):
+            if text not in texts:
+                texts.append(text)
+            marks.setdefault(key, []).append(texts.index(text) + 1)
+    return texts, marks
+
+
+def _cell_notes(c: Cell) -> list[str]:
+    out = list(c.notes)
+    if c.missing and (c.mean is None or c.n < c.expected or c.benchmark == "mean"):
+        out.append("missing: " + "; ".join(c.missing))
     return out
 
 
 def table_markdown(t: Table, ci: bool = False) -> str:
     cols = t.columns()
-    marks = {key: i + 1 for i, (key, _) in enumerate(footnotes(t))}
+    notes, marks = footnotes(t)
     lines = [f"### {t.spec.title}", "",
              "| " + " | ".join(["row"] + [column_name(t, b, m) for b, m in cols]) + " |",
              "|---" * (len(cols) + 1) + "|"]
@@ -382,13 +401,12 @@ def table_markdown(t: Table, ci: bool = False) -> str:
         vals = []
         for b, m in cols:
             key = (row, b, m)
-            mark = f" [{marks[key]}]" if key in marks else ""
+            mark = "".join(f" [{i}]" for i in marks.get(key, []))
             vals.append(cell_text(t.cells[key], t.spec.percent, ci) + mark)
         lines.append(f"| {row} | " + " | ".join(vals) + " |")
-    notes = footnotes(t)
     if notes:
         lines.append("")
-        lines += [f"[{i + 1}] {key[0]} / {key[1]} / {key[2]}: {text}" for i, (key, text) in enumerate(notes)]
+        lines += [f"[{i + 1}] {text}" for i, text in enumerate(notes)]
     return "\n".join(lines)
 
 
