@@ -40,6 +40,13 @@ def _finish(d: rundir.RunDir, seed: int, lr: float, pass3=None, avg3=None, steps
         rundir.write_json(os.path.join(d.path, "eval_test.json"), {
             "num_tasks": 4, "success_rate": avg3, "pass@1": avg3, "pass@3": pass3, "avg@1": avg3, "avg@3": avg3,
             "split": "test", "k": 3, "env": "dbbench"})
+    if lr == 0.001:                  # Rank-1 routing results (schema harness-s-rank1-v1)
+        h0, r1 = 0.25 + 0.25 * seed, 0.5 + 0.25 * seed
+        rundir.write_json(os.path.join(d.path, "eval_selection_rank1.json"), {
+            "format": "harness-s-rank1-v1", "num_tasks": 4, "k": 3, "h0": {"avg@3": h0, "pass@3": h0},
+            "rank1": {"avg@3": r1, "pass@3": r1}, "gap": {"avg@3": r1 - h0, "pass@3": r1 - h0},
+            "h0_rank1_share": 0.25 * (seed + 1), "router": "features", "per_task": [],
+            "choices": {"h0": {"name": "H0", "tasks": seed + 1}, "s1": {"name": "sql-guard", "tasks": 3 - seed}}})
     d.write_status({"state": "done", "exit_code": 0, "attempts": [{"attempt": 1, "code": {"commit": "abc", "diff_sha256": None}}]})
 
 
@@ -82,8 +89,13 @@ def test_sweep_table_values_missing_cells_and_failed_runs(sweep_root, tmp_path):
     assert "| opt.lr=0.001 | 50.0 ± 25.0 (n=3) | 25.0 ± 25.0 (n=3) |" in md
     assert "90.0 (n=1/3)" in md and "60.0 (n=1/3)" in md
     assert "Runs: 5 of 6 finished" in md and "seed=1,lr=0.003" in md and "boom in the learner" in md
-    router = res["tables"][1]                       # rescue success by training stage (metrics.jsonl)
-    assert router.spec.metrics == ["early/rescue/success_rate", "mid/rescue/success_rate", "late/rescue/success_rate"]
+    router = res["tables"][1]        # Rank-1 statistics; rescue success by training stage (metrics.jsonl)
+    assert router.spec.metrics == ["eval_selection_rank1/h0_rank1_share", "eval_selection_rank1/h0/avg@3",
+                                   "eval_selection_rank1/rank1/avg@3", "eval_selection_rank1/gap/avg@3",
+                                   "early/rescue/success_rate", "mid/rescue/success_rate", "late/rescue/success_rate"]
+    assert router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/h0_rank1_share")].mean == pytest.approx(0.5)
+    assert router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/gap/avg@3")].mean == pytest.approx(0.25)
+    assert router.cells[("opt.lr=0.003", "dbbench", "eval_selection_rank1/gap/avg@3")].mean is None
     assert router.cells[("opt.lr=0.001", "dbbench", "late/rescue/success_rate")].mean == pytest.approx(0.35)
 
     files = res["files"]
@@ -96,7 +108,7 @@ def test_sweep_table_values_missing_cells_and_failed_runs(sweep_root, tmp_path):
     assert r"\pm" in open(files["tex"]).read()
     html = open(files["html"]).read()
     assert html.count("<img") == len(files["plots"]) >= 3 and "data:image/png;base64," in html
-    assert "boom in the learner" in html and "rollout/success_rate" in html
+    assert "boom in the learner" in html and "rollout/success_rate" in html and "Rank-1 router decisions" in html
     assert all(os.path.getsize(p) > 1000 for p in files["plots"])
     curve = report.group_curves(tables.group_runs(res["runs"]), "rollout/success_rate")[0]
     assert curve["n"] == 3 and curve["mean"][0] == pytest.approx(0.11)    # 0.1 + mean(0, 0.01, 0.02)
