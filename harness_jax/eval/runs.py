@@ -21,6 +21,11 @@ reported, named
 ``eval_<split>_rank1/<...>``    Rank-1 results, schema ``harness-s-rank1-v1`` (``.../h0/avg@3``,
                                 ``.../rank1/avg@3``, ``.../gap/avg@3``, ``.../h0_rank1_share``)
 ``reference_rule/<metric>``     Harness-R1's rule-based reference (``engineer_summary.json``)
+``table_<split>/<arm>/<m>``     Harness-R1 table of the run (``launch/evaluate_engineer.py``, schema
+                                ``harness-r1-table-v1``): ``success`` (= success_after), ``delta``,
+                                ``valid_frac``, ``success_before`` per arm (``default``, ``rule``,
+                                ``sft``, ``grpo``, ...); ``.../ablation/full_delta``,
+                                ``.../ablation/<hook>/delta|drop``; ``.../transfer/<target>/delta|...``
 ``last/<key>``, ``mean/<key>``  a ``metrics.jsonl`` key's last value and mean over the run
 ``early/<key>``, ``mid/<key>``, the key's mean over the first, middle and last third of the
 ``late/<key>``                  steps that logged it (training stages: ``late/rescue/success_rate``)
@@ -130,8 +135,33 @@ def run_scalars(path: str, metrics: list[dict]) -> tuple[dict, dict]:
         if isinstance(res.get("choices"), dict):
             extras[f"{name}/choices"] = {sid: dict(c) for sid, c in res["choices"].items()}
             extras[f"{name}/base"] = next(iter(res["choices"]), None)
+    for f in sorted(glob.glob(os.path.join(path, "table_*.json"))):
+        res = _read(f)
+        if isinstance(res, dict) and res.get("schema") == R1_TABLE_SCHEMA:
+            scalars.update(r1_table_scalars(res, os.path.splitext(os.path.basename(f))[0]))
     scalars.update(curve_scalars(metrics))
     return scalars, extras
+
+
+R1_TABLE_SCHEMA = "harness-r1-table-v1"      # harness_jax.harness_r1.evaluate.SCHEMA (not imported: layers)
+
+
+def r1_table_scalars(table: dict, name: str) -> dict:
+    """Scalars of a ``harness-r1-table-v1`` table (module docstring); a table merged over several
+    benchmarks keys its arms ``<benchmark>/<arm>``."""
+    out = {}
+    several = len({r.get("benchmark") for r in table.get("rows") or []}) > 1
+    for r in table.get("rows") or []:
+        arm = f"{r['benchmark']}/{r['arm']}" if several else r["arm"]
+        out.update(flatten({"success": r.get("success_after"), "success_before": r.get("success_before"),
+                            "delta": r.get("delta"), "valid_frac": r.get("valid_frac")}, f"{name}/{arm}"))
+    abl = table.get("ablation")
+    for a in ([abl] if isinstance(abl, dict) else []):
+        out.update(flatten({"full_delta": a.get("full_delta"), **(a.get("hooks") or {})}, f"{name}/ablation"))
+    for t in table.get("transfer") or []:
+        out.update(flatten({k: t.get(k) for k in ("delta", "heldout_before", "heldout_after", "packet_success")},
+                           f"{name}/transfer/{t.get('target')}"))
+    return out
 
 
 def _read(path: str) -> Any:

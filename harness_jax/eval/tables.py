@@ -18,8 +18,11 @@ Failed and unfinished runs are listed with their state and log tail by the rende
 Table kinds (``specs_for``): ``main`` (Harness-S main table: Pass@k / Avg@k of the deployment
 evaluation, ``eval_test`` when present, otherwise the launcher's final evaluation), ``router``
 (Rank-1 statistics: share of tasks with H0 at Rank-1, Rank-1 vs H0, and rescue success by
-training stage), ``harness_r1`` (target success and Delta_B per benchmark under each engineer,
-the equal-weight mean over benchmarks; rows are arms, built from ``harness_r1``'s outputs), and
+training stage), ``harness_r1`` (rows are arms: target success and Delta_B per benchmark under
+each arm of ``launch/evaluate_engineer.py``'s ``table_<split>.json`` with the equal-weight mean
+over benchmarks, its hook ablation and transfer across targets; and the same from the training
+run's own held-out evaluations: the target alone, the rule-based reference, the engineer after
+SFT and after GRPO), and
 ``auto`` (the ones the runs have data for).
 """
 from __future__ import annotations
@@ -138,7 +141,36 @@ R1_DELTA_ARMS = [Arm("rule-based engineer", "reference_rule/delta_b"),
 R1_VALID_ARMS = [Arm("rule-based engineer", "reference_rule/valid_frac"),
                  Arm("SFT engineer", "after_sft/valid_frac"),
                  Arm("SFT+GRPO engineer", "final/valid_frac")]
+R1_TABLE_ARMS = {"default": "no patch (target alone)", "react": "ReAct harness", "self_refine": "Self-Refine overlay",
+                 "rule": "rule-based engineer", "prompt": "prompt-based engineer", "sft": "SFT engineer",
+                 "grpo": "SFT+GRPO engineer"}
 KINDS = ("auto", "main", "router", "harness_r1")
+
+
+def r1_table_specs(avail: set, percent: bool) -> list[TableSpec]:
+    """Tables of the runs' ``table_<split>.json`` (``launch/evaluate_engineer.py``): success and
+    Delta_B per arm, the hook ablation, the transfer across targets."""
+    out = []
+    for split in sorted({n.split("/")[0] for n in avail if n.startswith("table_")}):
+        known = [a for a in R1_TABLE_ARMS if f"{split}/{a}/success" in avail]
+        other = sorted({n.split("/")[1] for n in avail if n.startswith(split + "/") and n.endswith("/success")
+                        and n.count("/") == 2} - set(known))
+        arms = known + other
+        if arms:
+            out += [TableSpec(f"Harness-R1 ({split}): target success", ["success"], mean_column=True, percent=percent,
+                              arms=[Arm(R1_TABLE_ARMS.get(a, a), f"{split}/{a}/success") for a in arms]),
+                    TableSpec(f"Harness-R1 ({split}): Delta_B", ["delta_b"], mean_column=True,
+                              arms=[Arm(R1_TABLE_ARMS.get(a, a), f"{split}/{a}/delta") for a in arms])]
+        hooks = sorted({n.split("/")[2] for n in avail if n.startswith(f"{split}/ablation/") and n.endswith("/drop")})
+        if hooks:
+            out.append(TableSpec(f"Harness-R1 ({split}): hook ablation", ["delta_b"], arms=[
+                Arm("full patch", f"{split}/ablation/full_delta")] + [
+                Arm(f"without {h}", f"{split}/ablation/{h}/delta") for h in hooks]))
+        targets = sorted({n[len(split) + 10:-6] for n in avail if n.startswith(f"{split}/transfer/") and n.endswith("/delta")})
+        if targets:
+            out.append(TableSpec(f"Harness-R1 ({split}): transfer across targets", ["delta_b"],
+                                 arms=[Arm(t, f"{split}/transfer/{t}/delta") for t in targets]))
+    return out
 
 
 def _available(runs: Sequence[Run]) -> set:
@@ -178,7 +210,7 @@ def specs_for(kind: str, runs: Sequence[Run], metrics: Sequence[str] = (), perce
     if kind not in KINDS:
         raise TablesError(f"--table={kind!r}: expected one of {KINDS}")
     avail = _available(runs)
-    is_r1 = any(n.startswith("reference_rule/") or n.endswith("/delta_b") for n in avail)
+    is_r1 = any(n.startswith(("reference_rule/", "table_")) or n.endswith("/delta_b") for n in avail)
     out = []
     if metrics:
         out.append(TableSpec("results", list(metrics), percent=percent))
@@ -199,10 +231,15 @@ def specs_for(kind: str, runs: Sequence[Run], metrics: Sequence[str] = (), perce
     if kind == "harness_r1" or (kind == "auto" and is_r1 and not metrics):
         if not is_r1 and kind == "harness_r1":
             raise TablesError("--table=harness_r1: the runs hold no Harness-R1 evaluations (launch/engineer.py "
-                              "workdirs with engineer_summary.json / summary.json)")
-        out += [TableSpec("Harness-R1: target success", ["success"], arms=R1_SUCCESS_ARMS, mean_column=True, percent=percent),
-                TableSpec("Harness-R1: Delta_B", ["delta_b"], arms=R1_DELTA_ARMS, mean_column=True),
-                TableSpec("Harness-R1: valid patches", ["valid_frac"], arms=R1_VALID_ARMS, mean_column=True)]
+                              "workdirs: summary.json / engineer_summary.json; launch/evaluate_engineer.py: "
+                              "table_<split>.json)")
+        out += r1_table_specs(avail, percent)
+        if any(n.startswith("reference_rule/") or n.endswith("/delta_b") for n in avail):
+            out += [TableSpec("Harness-R1 training evaluations: target success", ["success"], arms=R1_SUCCESS_ARMS,
+                              mean_column=True, percent=percent),
+                    TableSpec("Harness-R1 training evaluations: Delta_B", ["delta_b"], arms=R1_DELTA_ARMS, mean_column=True),
+                    TableSpec("Harness-R1 training evaluations: valid patches", ["valid_frac"], arms=R1_VALID_ARMS,
+                              mean_column=True)]
     if not out:
         raise TablesError("no table can be made from these runs: they hold no evaluations; name the columns "
                           "with --metrics=... (--list_metrics shows what they hold)")

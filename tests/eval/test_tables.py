@@ -140,7 +140,7 @@ def test_harness_r1_table_equal_weight_mean_and_mixing(tmp_path):
 
     res = report.generate([str(tmp_path)], str(tmp_path / "out"), plots=False)
     success = res["tables"][0]
-    assert success.spec.title == "Harness-R1: target success" and success.benchmarks == ["alfworld", "dbbench"]
+    assert success.spec.title == "Harness-R1 training evaluations: target success" and success.benchmarks == ["alfworld", "dbbench"]
     grpo = {b: success.cells[("SFT+GRPO engineer", b, "success")] for b in ("alfworld", "dbbench", "mean")}
     assert grpo["dbbench"].mean == pytest.approx(0.6) and grpo["alfworld"].mean == pytest.approx(0.5)
     assert grpo["mean"].mean == pytest.approx(0.55)                     # equal weight over benchmarks
@@ -153,6 +153,40 @@ def test_harness_r1_table_equal_weight_mean_and_mixing(tmp_path):
     assert "| SFT engineer | — (n=0/3)" in res["markdown"]
     with pytest.raises(TablesError, match="--strict.*configs differ at r1"):
         report.generate([str(tmp_path)], str(tmp_path / "out2"), plots=False, strict=True)
+
+
+def _r1_table(workdir, bench, seed):
+    """A ``harness-r1-table-v1`` table as ``launch/evaluate_engineer.py`` writes it (its own
+    ``Row``, ``success_table`` and ``write``)."""
+    from harness_jax.harness_r1 import evaluate
+    from harness_jax.harness_r1.tables import Row, success_table
+
+    rows = [Row("default", bench, "t", 4, 0.5, 0.5, 0.0), Row("rule", bench, "t", 4, 0.5, 0.75 + 0.05 * seed, 0.25 + 0.05 * seed),
+            Row("grpo", bench, "t", 4, 0.5, 0.6, 0.1, valid_frac=0.5)]
+    abl = {"arm": "grpo", "benchmark": bench, "packets": 4, "full_delta": 0.1,
+           "hooks": {"on_init": {"delta": 0.04, "drop": 0.06, "packets": 4}}}
+    tr = [{"target": "qwen/tiny-b", "target_key": "k", "valid": True, "packet_success": 0.4, "packet_failures": 3,
+           "heldout_before": 0.3, "heldout_after": 0.3 + 0.1 * seed, "delta": 0.1 * seed, "delta_std": 0.0, "seeds": 1}]
+    evaluate.write(dict(schema=evaluate.SCHEMA, split="held_out", config="r1", target="t", **success_table(rows),
+                        rows=[r.to_dict() for r in rows], ablation=abl, transfer=tr), os.path.join(workdir, "table_held_out"))
+
+
+def test_harness_r1_evaluate_engineer_tables(tmp_path):
+    for seed in (0, 1):
+        _plain_run(tmp_path / f"db{seed}", "dbbench", seed, {"final": {"delta_b": 0.1, "success_rate": 0.6}})
+        _r1_table(str(tmp_path / f"db{seed}"), "dbbench", seed)
+    res = report.generate([str(tmp_path)], str(tmp_path / "out"), table="harness_r1", plots=False)
+    by = {t.spec.title: t for t in res["tables"]}
+    success = by["Harness-R1 (table_held_out): target success"]
+    assert success.rows == ["no patch (target alone)", "rule-based engineer", "SFT+GRPO engineer"]
+    rule = success.cells[("rule-based engineer", "dbbench", "success")]
+    assert rule.mean == pytest.approx(0.775) and rule.n == 2
+    assert by["Harness-R1 (table_held_out): Delta_B"].cells[("SFT+GRPO engineer", "dbbench", "delta_b")].mean == pytest.approx(0.1)
+    abl = by["Harness-R1 (table_held_out): hook ablation"]
+    assert abl.rows == ["full patch", "without on_init"]
+    assert abl.cells[("without on_init", "dbbench", "delta_b")].mean == pytest.approx(0.04)
+    tr = by["Harness-R1 (table_held_out): transfer across targets"]
+    assert tr.rows == ["qwen/tiny-b"] and tr.cells[("qwen/tiny-b", "dbbench", "delta_b")].mean == pytest.approx(0.05)
 
 
 def test_bad_input_is_named(tmp_path, sweep_root):
