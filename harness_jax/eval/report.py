@@ -1,4 +1,5 @@
-"""Plots and the static report: training curves over seeds, router decisions, Delta_B, and one
+"""Plots and the static report: training curves over seeds, router decisions, sibling
+complementarity (the pools the runs trained with), Delta_B, and one
 self-contained HTML page (tables, plots embedded as PNG, the runs that failed) next to the
 Markdown / CSV / JSON / LaTeX tables.
 
@@ -145,6 +146,46 @@ def plot_delta_b(groups: dict, path_stem: str) -> Optional[list[str]]:
     return _save(fig, path_stem)
 
 
+def pool_paths(runs: Sequence[Run], repo_root: str = "") -> list[str]:
+    """The distinct sibling pool files (``harness_s.pool``) of the finished runs that exist here
+    (relative paths: to the current directory, else to ``repo_root``)."""
+    out = []
+    for r in runs:
+        p = ((r.config.get("harness_s") or {}).get("pool") or "") if r.done else ""
+        if not p:
+            continue
+        for cand in (os.path.expanduser(p), os.path.join(repo_root, p) if repo_root else ""):
+            if cand and os.path.isfile(cand) and os.path.abspath(cand) not in out:
+                out.append(os.path.abspath(cand))
+                break
+    return out
+
+
+def plot_complementarity(pool_path: str, path_stem: str, max_tasks: int = 60) -> Optional[list[str]]:
+    """Sibling complementarity of a frozen pool: which of H0's validation failures each sibling
+    solves (a sibling x task matrix) and how many (``harness_s.pool.pool_report``'s matrix)."""
+    from harness_jax.harness_s.pool import load_pool   # a reader of the pool format (top layer only)
+
+    pool = load_pool(pool_path)
+    fails = pool.h0_failed_tasks()[:max_tasks]
+    if not fails or len(pool) < 2:
+        return None
+    solved = pool.solved()
+    entries = pool.entries[1:]
+    m = np.array([[t in solved[e.sibling_id] for t in fails] for e in entries], dtype=float)
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 0.45 * len(entries) + 1.8),
+                                 gridspec_kw={"width_ratios": [4, 1]}, sharey=True)
+    ax.imshow(m, aspect="auto", cmap="Greens", vmin=0, vmax=1, interpolation="nearest")
+    ax.set_yticks(range(len(entries)), [e.name for e in entries], fontsize=7)
+    ax.set_xticks(range(len(fails)), [pool.task_info.get(t, {}).get("category") or t for t in fails],
+                  rotation=90, fontsize=6)
+    ax.set_title(f"H0 validation failures each sibling solves (pool {pool.content_hash[:10]})", fontsize=9)
+    bx.barh(range(len(entries)), m.sum(axis=1))
+    bx.set_xlabel(f"solved of {len(fails)}")
+    return _save(fig, path_stem)
+
+
 def _save(fig, stem: str) -> list[str]:
     os.makedirs(os.path.dirname(stem), exist_ok=True)
     paths = [stem + ".png", stem + ".svg"]
@@ -166,6 +207,9 @@ def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence
     plot_dir = os.path.join(out_dir, "plots")
     jobs = [(f"training curve: {k}", lambda k=k: plot_curves(groups, k, os.path.join(plot_dir, "curve_" + _safe(k))))
             for k in curve_keys(runs, curves)]
+    jobs += [(f"sibling complementarity: {os.path.basename(p)}",
+              lambda p=p: plot_complementarity(p, os.path.join(plot_dir, "complementarity_" + _safe(os.path.basename(p)))))
+             for p in pool_paths(runs, _repo_root())]
     jobs += [("Rank-1 router decisions", lambda: plot_router_choices(runs, groups, os.path.join(plot_dir, "router_choices"))),
              ("Delta_B distribution", lambda: plot_delta_b(groups, os.path.join(plot_dir, "delta_b")))]
     out = []
@@ -174,6 +218,11 @@ def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence
         if paths:
             out.append((title, paths[0]))
     return out
+
+
+def _repo_root() -> str:
+    from harness_jax.provenance import repo_root
+    return repo_root()
 
 
 # ------------------------------------------------------------------------------ HTML

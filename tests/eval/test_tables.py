@@ -189,6 +189,24 @@ def test_harness_r1_evaluate_engineer_tables(tmp_path):
     assert tr.rows == ["qwen/tiny-b"] and tr.cells[("qwen/tiny-b", "dbbench", "delta_b")].mean == pytest.approx(0.05)
 
 
+def test_sibling_complementarity_plot_from_the_runs_pool(tmp_path):
+    from harness_jax.harness.presets import base_harness
+    from harness_jax.harness.siblings import Sibling
+    from harness_jax.harness_s.pool import PoolEntry, SiblingPool, freeze_pool
+
+    h0 = base_harness("dbbench", "text")
+    res = lambda solves: {t: [t in solves] for t in ("t0", "t1", "t2")}
+    pool = freeze_pool(SiblingPool([PoolEntry(Sibling(h0, name="H0"), validation=res({"t0"})),
+                                    PoolEntry(Sibling(h0.child(name="sA", system_prompt="Inspect first."), name="sA"),
+                                              1, None, "d", "x", res({"t1"}))], env_name="dbbench"), str(tmp_path / "pool"))
+    _plain_run(tmp_path / "run", "dbbench", 0, {"final": {"success_rate": 0.5}},
+               config_extra={"harness_s": {"pool": pool.path}})
+    out = report.generate([str(tmp_path / "run")], str(tmp_path / "out"))
+    plots = [p for p in out["files"]["plots"] if "complementarity" in p]
+    assert len(plots) == 1 and os.path.getsize(plots[0]) > 1000
+    assert "sibling complementarity" in open(out["files"]["html"]).read()
+
+
 def test_bad_input_is_named(tmp_path, sweep_root):
     with pytest.raises(TablesError, match="--runs=.*no such directory"):
         runs_lib.load_runs([str(tmp_path / "nope")])
