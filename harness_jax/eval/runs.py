@@ -64,6 +64,7 @@ class Run:
     scalars: dict                  # flat {name: float}
     detail: str = ""               # why a run is not done: exit code, log tail
     extras: dict = dataclasses.field(default_factory=dict)
+    task_values: dict = dataclasses.field(default_factory=dict)   # scalar name -> per-task values
     _metrics: Optional[list] = None
 
     def metrics(self) -> list[dict]:
@@ -132,6 +133,8 @@ def run_scalars(path: str, metrics: list[dict]) -> tuple[dict, dict]:
             continue
         skip = ("per_task", "details")
         scalars.update(flatten({k: v for k, v in res.items() if k not in skip and k != "choices"}, name))
+        if isinstance(res.get("per_task"), list) and res.get("format") == RANK1_FORMAT:
+            extras.update({f"{name}/{m}": v for m, v in rank1_task_values(res).items()})
         if isinstance(res.get("choices"), dict):
             extras[f"{name}/choices"] = {sid: dict(c) for sid, c in res["choices"].items()}
             extras[f"{name}/base"] = next(iter(res["choices"]), None)
@@ -141,6 +144,36 @@ def run_scalars(path: str, metrics: list[dict]) -> tuple[dict, dict]:
             scalars.update(r1_table_scalars(res, os.path.splitext(os.path.basename(f))[0]))
     scalars.update(curve_scalars(metrics))
     return scalars, extras
+
+
+RANK1_FORMAT = "harness-s-rank1-v1"          # harness_jax.harness_s.rank1.FORMAT (not imported: layers)
+
+
+def rank1_task_values(res: dict) -> dict:
+    """Per-task values of a Rank-1 results file, for the task level of the bootstrap:
+    ``{"h0/avg@k": [...], "rank1/pass@k": [...], "gap/avg@k": [...], ...}`` over the tasks with at
+    least one scored attempt under both (infrastructure errors are not scored, as in the file)."""
+    from harness_jax.eval.metrics import pass_at_k
+
+    k = int(res.get("k") or 1)
+    per: dict = {}
+    for t in res["per_task"]:
+        sides = {s: [a for a in t.get(s) or [] if a is not None] for s in ("h0", "rank1")}
+        if not all(sides.values()):
+            continue
+        vals = {}
+        for s, att in sides.items():
+            for kk in sorted({1, k}):
+                if len(att) >= kk:
+                    vals[f"{s}/avg@{kk}"] = sum(att[:kk]) / kk
+                    vals[f"{s}/pass@{kk}"] = pass_at_k(len(att), sum(att), kk)
+            vals[f"{s}/success_rate"] = sum(att) / len(att)
+        for m in [m for m in vals if m.startswith("h0/")]:
+            if "rank1/" + m[3:] in vals:
+                vals["gap/" + m[3:]] = vals["rank1/" + m[3:]] - vals[m]
+        for m, v in vals.items():
+            per.setdefault(m, []).append(float(v))
+    return {f"task_values/{m}": v for m, v in per.items()}
 
 
 R1_TABLE_SCHEMA = "harness-r1-table-v1"      # harness_jax.harness_r1.evaluate.SCHEMA (not imported: layers)
@@ -257,8 +290,13 @@ def _load_run(path: str, source: str, entry: Optional[dict], names: set) -> Run:
     while name in names:
         name, k = f"{base}#{k}", k + 1
     names.add(name)
+    task_values = {}
+    for k in [k for k in extras if "/task_values/" in k]:
+        prefix, _, m = k.partition("/task_values/")
+        task_values[f"{prefix}/{m}"] = extras.pop(k)
     return Run(name=name, path=path, source=source, state=state, config=config, overrides=overrides,
-               code=code, scalars=scalars, detail=detail.strip(), extras=extras, _metrics=metrics)
+               code=code, scalars=scalars, detail=detail.strip(), extras=extras, task_values=task_values,
+               _metrics=metrics)
 
 
 def config_get(config: dict, path: str, default: Any = None) -> Any:

@@ -1,5 +1,6 @@
 """Paper-style tables from run directories: rows = methods / arms, columns = benchmark x metric,
-mean ± std over seeds with n, bootstrap 95% intervals, missing cells said, never dropped.
+mean ± std over seeds with n, bootstrap 95% intervals (over seeds, and over tasks too where the
+runs kept per-task outcomes: Rank-1 results), missing cells said, never dropped.
 
     from harness_jax.eval import runs as runs_lib, tables
     rs = runs_lib.load_runs(["/tmp/sweep"])
@@ -75,6 +76,7 @@ class Cell:
     expected: int = 0                # runs of this row and benchmark, whatever their state
     missing: list = dataclasses.field(default_factory=list)    # why runs gave no value
     notes: list = dataclasses.field(default_factory=list)      # mixing of configs / code versions
+    task_values: list = dataclasses.field(default_factory=list)  # per run: its per-task values or None
 
     @property
     def n(self) -> int:
@@ -89,14 +91,21 @@ class Cell:
         return float(np.std(self.values, ddof=1)) if len(self.values) > 1 else None
 
     @property
+    def ci_over(self) -> str:
+        """What the bootstrap resamples: ``seeds+tasks`` when every run has per-task values."""
+        return "seeds+tasks" if self.task_values and all(t for t in self.task_values) else "seeds"
+
+    @property
     def ci95(self) -> Optional[tuple]:
+        if self.ci_over == "seeds+tasks":
+            return bootstrap_ci_tasks(self.task_values)
         return bootstrap_ci(self.values)
 
     def to_dict(self) -> dict:
         ci = self.ci95
         return {"row": self.row, "benchmark": self.benchmark, "column": self.column, "metric": self.metric,
                 "mean": self.mean, "std": self.std, "n": self.n, "expected": self.expected,
-                "ci95": list(ci) if ci else None, "values": self.values, "runs": self.runs,
+                "ci95": list(ci) if ci else None, "ci95_over": self.ci_over, "values": self.values, "runs": self.runs,
                 "missing": self.missing, "notes": self.notes}
 
 
@@ -127,6 +136,25 @@ def bootstrap_ci(values: Sequence[float], samples: int = BOOTSTRAP_SAMPLES, seed
         return None
     idx = np.random.default_rng(seed).integers(0, v.size, size=(samples, v.size))
     means = v[idx].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def bootstrap_ci_tasks(per_run: Sequence[Sequence[float]], samples: int = BOOTSTRAP_SAMPLES,
+                       seed: int = 0) -> Optional[tuple]:
+    """Two-stage percentile bootstrap 95% interval: resample the runs (seeds), then each drawn
+    run's tasks; the statistic is the mean over drawn runs of their task means."""
+    rng = np.random.default_rng(seed)
+    task_means = []
+    for vals in per_run:
+        v = np.asarray(vals, dtype=np.float64)
+        if v.size == 0:
+            return None
+        task_means.append(v[rng.integers(0, v.size, size=(samples, v.size))].mean(axis=1))
+    tm = np.stack(task_means)                                       # [runs, samples]
+    if tm.shape[0] * max(len(v) for v in per_run) < 2:
+        return None
+    pick = rng.integers(0, tm.shape[0], size=(samples, tm.shape[0]))  # [samples, runs]
+    means = tm[pick, np.arange(samples)[:, None]].mean(axis=1)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
@@ -342,6 +370,7 @@ def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], i
         else:
             c.values.append(r.scalars[metric])
             c.runs.append(r.name)
+            c.task_values.append(r.task_values.get(metric))
             used.append(r)
     if not runs:
         c.missing.append("no run")
@@ -476,12 +505,12 @@ def to_csv(tables_: Sequence[Table]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["table", "row", "benchmark", "column", "metric", "mean", "std", "n", "expected", "ci95_low",
-                "ci95_high", "values", "runs", "missing", "notes"])
+                "ci95_high", "ci95_over", "values", "runs", "missing", "notes"])
     for t in tables_:
         for c in t.cells.values():
             ci = c.ci95
             w.writerow([t.spec.title, c.row, c.benchmark, c.column, c.metric, _num(c.mean), _num(c.std), c.n,
-                        c.expected, _num(ci[0] if ci else None), _num(ci[1] if ci else None),
+                        c.expected, _num(ci[0] if ci else None), _num(ci[1] if ci else None), c.ci_over,
                         " ".join(repr(v) for v in c.values), " ".join(c.runs), "; ".join(c.missing),
                         "; ".join(c.notes)])
     return buf.getvalue()

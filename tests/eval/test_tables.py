@@ -45,9 +45,19 @@ def _finish(d: rundir.RunDir, seed: int, lr: float, pass3=None, avg3=None, steps
         rundir.write_json(os.path.join(d.path, "eval_selection_rank1.json"), {
             "format": "harness-s-rank1-v1", "num_tasks": 4, "k": 3, "h0": {"avg@3": h0, "pass@3": h0},
             "rank1": {"avg@3": r1, "pass@3": r1}, "gap": {"avg@3": r1 - h0, "pass@3": r1 - h0},
-            "h0_rank1_share": 0.25 * (seed + 1), "router": "features", "per_task": [],
+            "h0_rank1_share": 0.25 * (seed + 1), "router": "features", "per_task": _per_task(3 * (1 + seed), 3 * (2 + seed)),
             "choices": {"h0": {"name": "H0", "tasks": seed + 1}, "s1": {"name": "sql-guard", "tasks": 3 - seed}}})
     d.write_status({"state": "done", "exit_code": 0, "attempts": [{"attempt": 1, "code": {"commit": "abc", "diff_sha256": None}}]})
+
+
+def _per_task(h0_ok: int, r1_ok: int, tasks: int = 4, k: int = 3) -> list:
+    """Rank-1 per-task outcomes with the given numbers of successful attempts (filled task by
+    task), and one infrastructure error (None, not scored) added to the first task."""
+    flat = lambda ok: [i < ok for i in range(tasks * k)]
+    h, r = flat(h0_ok), flat(r1_ok)
+    out = [{"task_id": f"t{i}", "h0": h[i * k:(i + 1) * k], "rank1": r[i * k:(i + 1) * k]} for i in range(tasks)]
+    out[0]["h0"] = out[0]["h0"] + [None]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +106,12 @@ def test_sweep_table_values_missing_cells_and_failed_runs(sweep_root, tmp_path):
     assert router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/h0_rank1_share")].mean == pytest.approx(0.5)
     assert router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/gap/avg@3")].mean == pytest.approx(0.25)
     assert router.cells[("opt.lr=0.003", "dbbench", "eval_selection_rank1/gap/avg@3")].mean is None
+    gap = router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/gap/avg@3")]
+    assert gap.ci_over == "seeds+tasks" and [np.mean(t) for t in gap.task_values] == pytest.approx(gap.values)
+    lo, hi = gap.ci95                               # per-task gaps are 0 or 1: the task level widens the interval
+    assert lo < 0.25 < hi and hi - lo > 0.2
+    share = router.cells[("opt.lr=0.001", "dbbench", "eval_selection_rank1/h0_rank1_share")]
+    assert share.ci_over == "seeds"                 # no per-task values: over seeds only
     assert router.cells[("opt.lr=0.001", "dbbench", "late/rescue/success_rate")].mean == pytest.approx(0.35)
 
     files = res["files"]
