@@ -17,6 +17,7 @@ INSTALL_REQUIRES = [
     "pyyaml>=6.0",
     "tqdm>=4.66",
     "tensorboardX>=2.6",
+    "matplotlib>=3.8",          # training curves, launch/tables.py plots and report
     # environments (issue 6): MariaDB driver for DBBench; ALFWorld/TextWorld engines
     "PyMySQL>=1.1",
     "textworld[pddl]>=1.6.1",
