@@ -42,3 +42,5 @@ __all__ = [
     "packet_from_baseline", "react_harness", "run_baseline", "sample_keys", "self_refine_patch",
     "sft_example",
 ]
+
+from harness_jax.harness_r1 import config_checks as _config_checks  # noqa: E402,F401 (registers the r1 section check)

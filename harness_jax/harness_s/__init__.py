@@ -58,3 +58,14 @@ __all__ = [
     "router_config", "split_attempts", "summarise_offline", "task_features",
     "validate_router_config",
 ]
+
+
+def _register_section_check() -> None:
+    from harness_jax import config_validation
+    from harness_jax.harness_s.routers import find_harness_s_problems
+
+    config_validation.register_section_check(
+        "harness_s", lambda config, check_paths: find_harness_s_problems(config, check_paths=check_paths))
+
+
+_register_section_check()
