@@ -537,16 +537,9 @@ def _train(config, paths: Paths, data, console: Console, devices) -> dict:
 # summary and plot
 # ------------------------------------------------------------------------------------------
 def read_metrics(root: str) -> list[dict]:
-    p = os.path.join(root, "metrics.jsonl")
-    out = []
-    if os.path.exists(p):
-        with open(p, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue          # a torn last line of a killed run
-    return out
+    from harness_jax.rl.metrics import read_jsonl
+
+    return read_jsonl(os.path.join(root, "metrics.jsonl"))
 
 
 def summarize(paths: Paths, stages: dict, wall_s: float) -> dict:

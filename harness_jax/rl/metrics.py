@@ -95,4 +95,16 @@ class MetricsWriter:
 
 
 def read_jsonl(path) -> list[dict]:
-    return [json.loads(line) for line in epath.Path(path).read_text().splitlines() if line.strip()]
+    """The records of a ``metrics.jsonl`` (path or URI); [] when it does not exist. A line that is
+    not JSON (the torn last line of a run killed mid-write, or one still writing) is skipped."""
+    p = epath.Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out

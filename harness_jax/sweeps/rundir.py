@@ -107,16 +107,9 @@ class RunDir:
     def metrics(self) -> list[dict]:
         """The launcher's ``metrics.jsonl`` records (a torn last line, from a run still writing or
         killed mid-write, is skipped)."""
-        path = os.path.join(self.path, "metrics.jsonl")
-        out = []
-        if os.path.exists(path):
-            with open(path) as f:
-                for line in f:
-                    try:
-                        out.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        continue
-        return out
+        from harness_jax.rl.metrics import read_jsonl
+
+        return read_jsonl(os.path.join(self.path, "metrics.jsonl"))
 
     def summary(self) -> Optional[dict]:
         """The launcher's ``summary.json`` when it wrote one."""

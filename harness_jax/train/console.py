@@ -15,7 +15,6 @@ evolution) follow ``log.progress_bar``.
 """
 from __future__ import annotations
 
-import json
 import logging as pylogging
 import os
 from typing import Optional
@@ -85,17 +84,9 @@ def _series(rows, key):
 
 def plot_progress(workdir: str, out: str = "") -> Optional[str]:
     """Writes ``<workdir>/progress.png`` (or ``out``); None when there are no step metrics yet."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return None
-    rows = []
-    with open(path) as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    rows = [r for r in rows if "step" in r]
+    from harness_jax.rl.metrics import read_jsonl
+
+    rows = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r]
     if not any("rollout/success_rate" in r for r in rows):
         return None
     import matplotlib
