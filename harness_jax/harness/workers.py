@@ -433,8 +433,9 @@ class WorkerPool:
             self._started = True
             threading.Thread(target=self._accept_forever, daemon=True,
                              name="workerpool-accept").start()
-            threading.Thread(target=self._monitor_forever, daemon=True,
-                             name="workerpool-monitor").start()
+            self._monitor = threading.Thread(target=self._monitor_forever, daemon=True,
+                                             name="workerpool-monitor")
+            self._monitor.start()
             for _ in range(self.workers):
                 self._spawn()
             atexit.register(self.close)
@@ -514,6 +515,11 @@ class WorkerPool:
                 self._listener.close()
             except OSError:
                 pass
+        monitor = getattr(self, "_monitor", None)
+        if monitor is not None and monitor is not threading.current_thread():
+            # no Ray call may follow the shutdown: one would auto-connect to the stopped cluster,
+            # and Ray ends the process when it cannot reach that cluster's GCS within 60 s
+            monitor.join(timeout=10)
         if self._owns_ray:
             import ray
             ray.shutdown()
@@ -854,6 +860,8 @@ class WorkerPool:
             with self._lock:
                 waiting = [s for s in self._slots.values() if s.alive and s.conn is None]
             for s in waiting:
+                if self._closing:
+                    return
                 why = None
                 if time.monotonic() - s.started > self.start_timeout_s:
                     why = f"did not connect within {self.start_timeout_s:.0f}s"
