@@ -306,7 +306,7 @@ def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
     """Every leaf of the schema is read by the code that builds and runs an experiment (outside
     config validation): a short real run (async, SFT warm start, periodic evaluation, export), a
     disaggregated run's construction, the Qwen tokenizer and every env family's section."""
-    from harness_jax.harness import tokenizer as tok_lib
+    from harness_jax.sampling import tokenizer as tok_lib
     from harness_jax.train import builders, context, loop, rollout
     from tests.e2e import tiny_e2e_config
 
