@@ -239,7 +239,13 @@ def markdown(table: dict) -> str:
     from harness_jax.harness_r1.tables import table_markdown
 
     out = [f"### Target success under each engineer ({table['split']}; success %, equal-weight mean)", "",
-           table_markdown(table)]
+           table_markdown(table), "", "### Paired Δ_B per arm and benchmark", "",
+           "| arm | benchmark | batches | success before | after | Δ_B | valid | improved | no-op | infra |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    out += [f"| {r['arm']} | {r['benchmark']} | {r['batches']} | {_pct(r['success_before'])} | "
+            f"{_pct(r['success_after'])} | {r['delta']:+.3f} | {r['valid_frac']:.2f} | "
+            f"{r.get('improved_frac', float('nan')):.2f} | {r['noop_frac']:.2f} | {r['infra_batches']} |"
+            for r in table.get("rows", [])]
     abls = table.get("ablation")
     for a in ([abls] if isinstance(abls, dict) else abls or []):
         out += ["", f"### Hook ablation ({a['arm']}, {a['benchmark']}, {a['packets']} packets; full Δ_B "

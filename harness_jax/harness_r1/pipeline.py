@@ -382,6 +382,7 @@ def stage_reference(config, paths: Paths, data, packets_key: str) -> dict:
                            data.dataset.tasks(data.eval_split), tokenizer=data.target_tokenizer,
                            cache=data.reward_cache, eval_attempts=data.eval_attempts, seed=int(config.seed))
         return {"delta_b": row.delta, "valid_frac": row.valid_frac, "noop_frac": row.noop_frac,
+                "improved_frac": row.improved_frac,
                 "success_before": row.success_before, "success_after": row.success_after,
                 "packets": row.batches, "infra_batches": row.infra_batches,
                 "per_packet": [d.get("delta") for d in row.details]}
@@ -407,7 +408,7 @@ def _eval_line(tag: str, res: dict) -> str:
     greedy = (f"  | greedy: Δ_B {g['delta_b']:+.3f} valid {g['valid_frac']:.2f}" if g else "")
     return (f"eval[{tag}] held-out (T={res['temperature']:g}, {res['k']}/packet): mean Δ_B "
             f"{res['delta_b']:+.3f}  valid {res['valid_frac']:.2f}  no-op {res['noop_frac']:.2f}  "
-            f"best-of-{res['k']} Δ_B {res['best_of_k_delta_b']:+.3f}  success {res['baseline_success']:.3f} -> "
+            f"best-of-{res['k']} Δ_B {res['best_of_k_delta_b']:+.3f}  improved {res.get('improved_frac', 0):.2f}  success {res['baseline_success']:.3f} -> "
             f"{res['success_rate']:.3f}{greedy}  ({res['time_s']:.1f}s)")
 
 
@@ -549,6 +550,7 @@ def summarize(paths: Paths, stages: dict, wall_s: float) -> dict:
     grpo = [r for r in rows if "r1/delta_b_mean" in r]
     train = stages.get("train", {}).get("summary", {})
     evals = {e["tag"]: {k: e.get(k) for k in ("delta_b", "valid_frac", "noop_frac", "best_of_k_delta_b",
+                                                "improved_frac",
                                                 "baseline_success", "success_rate", "packets", "k",
                                                 "temperature", "time_s", "step", "greedy")}
              for e in train.get("eval", [])}
@@ -564,11 +566,23 @@ def summarize(paths: Paths, stages: dict, wall_s: float) -> dict:
                     "valid_frac": [r["r1/valid_frac"] for r in grpo],
                     "zero_variance_packets": [r["r1/zero_variance_packets"] for r in grpo],
                     "step_s": [r.get("time/step_s") for r in grpo],
+                    "cache_hit_frac": [r.get("r1/cache_hit_frac") for r in grpo],
+                    "reward_cache": _cache_totals(grpo),
                     "rollout_s": sum(r.get("time/rollout_s", 0.0) + r.get("time/queue_wait_s", 0.0) for r in grpo),
                     "train_s": sum(r.get("time/train_s", 0.0) + r.get("time/logprob_recompute_s", 0.0)
                                    for r in grpo)},
            "resumed_from": train.get("resumed_from"), "preempted": train.get("preempted")}
     return out
+
+
+def _cache_totals(grpo: list[dict]) -> dict:
+    """The reward cache over the GRPO steps: distinct valid patches, those served from the cache
+    (evaluated at an earlier step), reruns, the hit rate and the target episodes."""
+    tot = lambda k: sum(r.get(k, 0.0) for r in grpo)       # noqa: E731
+    unique, hits, evaluated = tot("r1/unique_patches"), tot("r1/cache_hits"), tot("r1/evaluated_patches")
+    return {"unique_patches": unique, "cache_hits": hits, "reruns": evaluated,
+            "cache_hit_frac": hits / unique if unique else 0.0,
+            "target_episodes": tot("r1/target_episodes")}
 
 
 def plot(root: str, out_png: str) -> str:

@@ -292,6 +292,8 @@ class GroupEvaluation:
                 "max_reward": float(np.max(self.rewards_K)),
                 "unique_patches": self.unique_patches, "evaluated": self.evaluated,
                 "duplicates": sum(e.duplicate_of is not None for e in ev),
+                "valid": sum(e.valid for e in ev),
+                "cache_hits": sum(e.cached and e.duplicate_of is None for e in ev),
                 "zero_variance": self.zero_variance,
                 "target_episodes": sum(e.episodes for e in ev)}
 

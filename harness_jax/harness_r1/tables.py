@@ -59,6 +59,7 @@ class Row:
     noop_frac: float = 0.0
     infra_batches: int = 0
     target_episodes: int = 0
+    improved_frac: float = 0.0       # scored batches whose success rose (Delta_B > 0)
     details: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -119,6 +120,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
                success_before=mean(before), success_after=mean(after),
                delta=mean(after) - mean(before) if n else float("nan"),
                valid_frac=valid / len(packets), noop_frac=noop / len(packets),
+               improved_frac=sum(a > b for a, b in zip(after, before)) / n if n else float("nan"),
                infra_batches=infra, target_episodes=episodes, details=details)
 
 

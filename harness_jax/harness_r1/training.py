@@ -112,7 +112,10 @@ def packet_group(group_id: str, packet: Packet, prompt_ids, results, ge: GroupEv
 def step_metrics(records: Sequence[dict]) -> dict:
     """``r1/*`` metrics of one step from its packets' ``GroupEvaluation.metrics()``: mean
     Delta_B over all samples, valid / no-op / infrastructure fractions, duplicates, distinct
-    patches evaluated, target episodes, zero-variance packets."""
+    patches evaluated, target episodes, zero-variance packets, and the reward cache:
+    ``r1/cache_hits`` distinct valid patches whose Delta_B came from the cache (evaluated at an
+    earlier step), ``r1/cache_hit_frac`` = hits / distinct valid patches, ``r1/reuse_frac`` =
+    valid samples that cost no rerun (cache hit or in-group duplicate) / valid samples."""
     if not records:
         return {}
     k = sum(r["k"] for r in records)
@@ -124,7 +127,16 @@ def step_metrics(records: Sequence[dict]) -> dict:
             "r1/unique_patches": float(sum(r["unique_patches"] for r in records)),
             "r1/evaluated_patches": float(sum(r["evaluated"] for r in records)),
             "r1/target_episodes": float(sum(r["target_episodes"] for r in records)),
+            "r1/cache_hits": float(sum(r.get("cache_hits", 0) for r in records)),
+            "r1/cache_hit_frac": _frac(sum(r.get("cache_hits", 0) for r in records),
+                                       sum(r["unique_patches"] for r in records)),
+            "r1/reuse_frac": _frac(sum(r.get("valid", 0) - r["evaluated"] for r in records),
+                                   sum(r.get("valid", 0) for r in records)),
             "r1/zero_variance_packets": float(sum(bool(r["zero_variance"]) for r in records))}
+
+
+def _frac(num: float, den: float) -> float:
+    return float(num) / float(den) if den else 0.0
 
 
 class EngineerCollector(Collector):
@@ -161,14 +173,15 @@ async def aevaluate_engineer(engineer: ModelEngineer, data: EngineerData, packet
                              k: int, temperature: float, seed: int = 0) -> dict:
     """The engineer on ``packets``: ``k`` samples each at ``temperature``, every sample evaluated
     like a training sample. Returns the mean Delta_B over all samples (invalid/no-op = 0), the
-    valid / no-op fractions, the mean best-of-k Delta_B, the batches' baseline success and the
-    success under the patches (baseline + mean Delta_B), and per-packet details."""
+    valid / no-op fractions, the mean best-of-k Delta_B, ``improved_frac`` (packets whose mean
+    Delta_B over their samples is > 0), the batches' baseline success and the success under the
+    patches (baseline + mean Delta_B), and per-packet details."""
     async def one(i, pk):
         _, _, texts = await engineer.asample(pk, k, seed * 7919 + i, temperature=temperature)
         return pk, await data.aevaluate(pk, texts)
 
     got = await asyncio.gather(*(one(i, pk) for i, pk in enumerate(packets)))
-    details, rewards, valid, noop, best, base = [], [], [], [], [], []
+    details, rewards, valid, noop, best, base, improved = [], [], [], [], [], [], []
     for pk, ge in got:
         scored = [e for e in ge.evaluations if e.scored]
         r = [e.reward for e in scored]
@@ -176,6 +189,7 @@ async def aevaluate_engineer(engineer: ModelEngineer, data: EngineerData, packet
         valid += [e.valid for e in ge.evaluations]
         noop += [e.noop for e in ge.evaluations]
         best.append(max(r) if r else 0.0)
+        improved.append(bool(r) and float(np.mean(r)) > 0)
         b0 = data.baseline(pk).success_rate
         base.append(b0)
         details.append({"packet": pk.packet_id, "baseline_success": b0,
@@ -187,6 +201,7 @@ async def aevaluate_engineer(engineer: ModelEngineer, data: EngineerData, packet
     return {"delta_b": mean, "valid_frac": float(np.mean(valid)) if valid else 0.0,
             "noop_frac": float(np.mean(noop)) if noop else 0.0,
             "best_of_k_delta_b": float(np.mean(best)) if best else 0.0,
+            "improved_frac": float(np.mean(improved)) if improved else 0.0,
             "baseline_success": b, "success_rate": b + mean, "packets": len(packets), "k": k,
             "temperature": temperature, "samples": len(valid), "details": details}
 

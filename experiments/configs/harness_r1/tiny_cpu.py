@@ -109,7 +109,7 @@ def get_config():
     c.eval.num_tasks = 8                  # held-out packets evaluated
     c.eval.k = 4                          # samples per held-out packet
     c.eval.temperature = 0.7              # the training distribution (plus the greedy patch)
-    c.eval.at_start = False               # (a random engineer writes no valid patch)
+    c.eval.at_start = True                # the untrained engineer too (it writes no valid patch; cheap)
     c.log.store_traces = False            # the engineer's samples are in metrics and the reward cache
     return c
 
