@@ -101,7 +101,8 @@ def _fmt(s: dict, signed: bool = True) -> str:
     if not s or s.get("n", 0) == 0:
         return "-"
     f = "{:+.3f}" if signed else "{:.2f}"
-    return (f.format(s["mean"]) + (f" ± {s['std']:.3f}" if s["n"] > 1 else "")
+    sd = "{:.3f}" if signed else "{:.2f}"
+    return (f.format(s["mean"]) + (" ± " + sd.format(s["std"]) if s["n"] > 1 else "")
             + f" ({', '.join(f.format(x) for x in s['runs'])})")
 
 

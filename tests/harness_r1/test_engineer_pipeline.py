@@ -125,7 +125,12 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     assert summary["resumed_from"] == 1 and not summary["preempted"]
     assert summary["sft"]["summary"]["resumed_from"] == 2 and summary["sft"]["summary"]["steps"] == 4
     assert summary["grpo"]["steps"] == 1                           # step 2 (this run); step 1 crashed before its metrics
-    assert set(summary["eval"]) == {"after_sft", "final"}
+    assert set(summary["eval"]) == {"before_sft", "after_sft", "final"}   # tiny_cpu: eval.at_start
+    assert summary["eval"]["before_sft"]["valid_frac"] == 0.0             # an untrained engineer writes no valid patch
+    assert 0.0 <= summary["eval"]["final"]["improved_frac"] <= 1.0
+    assert summary["reference_rule"]["improved_frac"] > 0
+    rc = summary["grpo"]["reward_cache"]                             # step 2 only (step 1 crashed and was redone)
+    assert rc["cache_hits"] + rc["reruns"] == rc["unique_patches"] and 0.0 <= rc["cache_hit_frac"] <= 1.0
     assert summary["reference_rule"]["delta_b"] > 0.1              # the rule-based engineer helps this target
     rows = pipeline.read_metrics(work)
     assert [r["step"] for r in rows if "r1/delta_b_mean" in r] == [1, 2]
@@ -150,6 +155,14 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     assert len(table["transfer"]) == 1 and table["transfer"][0]["valid"]
     with open(os.path.join(work, "table_held_out.json")) as f:
         assert json.load(f)["arms"] == json.loads(json.dumps(table["arms"]))
+    assert all(0.0 <= r["improved_frac"] <= 1.0 for r in table["rows"])
+    assert "| rule | dbbench |" in evaluate.markdown(table)
+
+    # the demonstration's aggregation over runs reads the run's own files
+    from harness_jax.harness_r1 import demo
+    agg = demo.main([f"--workdirs={work},{work}", f"--out={tmp_path / 'demo'}"])
+    assert agg["runs"] == 2 and agg["table"]["rule"]["delta_b"]["runs"] == [table["rows"][1]["delta"]] * 2
+    assert agg["sampled"]["grpo"]["delta_b"]["std"] == 0.0 and os.path.exists(tmp_path / "demo.png")
     merged = evaluate.merge_tables([table, dict(table, rows=[dict(r, benchmark="alfworld") for r in table["rows"]])])
     assert merged["benchmarks"] == ["alfworld", "dbbench"]
     assert merged["arms"]["rule"]["mean"] == pytest.approx(table["arms"]["rule"]["dbbench"])

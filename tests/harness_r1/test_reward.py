@@ -147,6 +147,13 @@ def test_k_samples_duplicates_evaluated_once_and_cached(world, qwen_tok, tmp_pat
                                    tokenizer=qwen_tok)
     assert policy.calls == calls and g2.evaluated == 0
     assert all(e.cached for e in g2.evaluations if e.valid)
+    assert m["cache_hits"] == 0 and m["valid"] == 7
+    m2 = g2.metrics()                                        # the 4 distinct patches hit, duplicates not counted
+    assert m2["cache_hits"] == 4 and m2["duplicates"] == 3
+    from harness_jax.harness_r1.training import step_metrics
+    sm = step_metrics([m, m2])
+    assert sm["r1/cache_hits"] == 4 and sm["r1/cache_hit_frac"] == 0.5
+    assert sm["r1/reuse_frac"] == pytest.approx((3 + 7) / 14)   # valid samples that cost no rerun
     np.testing.assert_array_equal(g2.rewards_K, g.rewards_K)
     assert policy.calls > before
 

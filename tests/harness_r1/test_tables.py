@@ -53,6 +53,8 @@ def test_arms_and_the_success_table(world, qwen_tok):
     # by then); the rule-based engineer's guards stop them
     assert by["rule"].delta > by["self_refine"].delta >= 0
     assert by["rule"].valid_frac == 1.0 and by["rule"].infra_batches == 0
+    assert by["default"].improved_frac == by["react"].improved_frac == 0.0
+    assert by["rule"].improved_frac == sum(d["delta"] > 0 for d in by["rule"].details) / by["rule"].batches > 0
     table = tables.success_table(rows + [tables.Row("rule", "alfworld", "t", 1, 0.2, 0.4,
                                                     0.2)])
     assert table["benchmarks"] == ["alfworld", "dbbench"]
