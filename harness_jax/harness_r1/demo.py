@@ -135,7 +135,7 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, ax = plt.subplots(1, 2, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1, 1.5]})
     curves = [r["grpo_steps"] for r in runs if r["grpo_steps"]]
     for i, c in enumerate(curves):
         ax[0].plot([s["step"] for s in c], [s["delta_b"] for s in c], color="C0", alpha=0.3, lw=1,
@@ -156,10 +156,11 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     ax[0].legend(fontsize=7, loc="lower right")
 
     bars = [("untrained", "sampled"), ("sft", "sampled"), ("grpo", "sampled"),
-            ("untrained", "greedy"), ("sft", "greedy"), ("grpo", "greedy"), ("rule", "greedy")]
+            ("untrained", "greedy"), ("sft", "greedy"), ("grpo", "greedy"), ("rule", "greedy"),
+            ("react", "table"), ("self_refine", "table")]
     bars = [(a, s) for a, s in bars if (agg[s].get(a) or {}).get("delta_b", {}).get("n")]
     x = np.arange(len(bars))
-    colors = {"untrained": "0.6", "sft": "C0", "grpo": "C2", "rule": "C3"}
+    colors = {"untrained": "0.6", "sft": "C0", "grpo": "C2", "rule": "C3", "react": "C4", "self_refine": "C5"}
     for i, (a, s) in enumerate(bars):
         st = agg[s][a]["delta_b"]
         ax[1].bar(i, st["mean"], 0.6, color=colors[a], alpha=0.55 if s == "sampled" else 0.95,
@@ -168,8 +169,9 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
         v = (agg[s][a].get("valid_frac") or {}).get("mean")
         if v is not None:
             ax[1].plot(i, v, "kx", ms=7)
-    ax[1].set_xticks(x, [f"{a}\n{'T>0 samples' if s == 'sampled' else 'greedy' if a != 'rule' else 'reference'}"
-                         for a, s in bars], fontsize=8)
+    sub = lambda a, s: ("T>0 samples" if s == "sampled" else "reference" if a == "rule"     # noqa: E731
+                        else "table arm" if s == "table" else "greedy")
+    ax[1].set_xticks(x, [f"{a}\n{sub(a, s)}" for a, s in bars], fontsize=8)
     ax[1].axhline(0, color="k", lw=0.5)
     ax[1].set(title=f"held-out packets: mean Δ_B (bars: mean of {agg['runs']} runs, dots: runs, x: valid fraction)",
               ylabel="Δ_B", ylim=(-0.05, 1.05))
