@@ -124,12 +124,12 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     summary = pipeline.run(_Recorder(cfg, log), work)
     assert summary["resumed_from"] == 1 and not summary["preempted"]
     assert summary["sft"]["summary"]["resumed_from"] == 2 and summary["sft"]["summary"]["steps"] == 4
-    assert summary["grpo"]["steps"] == 1                           # step 2 (this run); step 1 crashed before its metrics
+    assert summary["grpo"]["steps"] == 2                           # step 1 (checkpointed before the crash) + step 2 (this run)
     assert set(summary["eval"]) == {"before_sft", "after_sft", "final"}   # tiny_cpu: eval.at_start
     assert summary["eval"]["before_sft"]["valid_frac"] == 0.0             # an untrained engineer writes no valid patch
     assert 0.0 <= summary["eval"]["final"]["improved_frac"] <= 1.0
     assert summary["reference_rule"]["improved_frac"] > 0
-    rc = summary["grpo"]["reward_cache"]                             # step 2 only (step 1 crashed and was redone)
+    rc = summary["grpo"]["reward_cache"]                             # over the 2 GRPO steps' metrics
     assert rc["cache_hits"] + rc["reruns"] == rc["unique_patches"] and 0.0 <= rc["cache_hit_frac"] <= 1.0
     assert summary["reference_rule"]["delta_b"] > 0.1              # the rule-based engineer helps this target
     rows = pipeline.read_metrics(work)
