@@ -133,9 +133,12 @@ class FrozenTarget(RolloutEngine):
         self._engine_version = int(engine.weight_version)
         self._pinned = self._engine_version if pinned_version is None else int(pinned_version)
         self.requests = 0
-        for m in WEIGHT_UPDATE_METHODS:
-            if callable(getattr(engine, m, None)):
+        for m in WEIGHT_UPDATE_METHODS:      # every update entry point refuses, present or not
+            try:
                 setattr(engine, m, _refuse(identity, f"{type(engine).__name__}.{m}"))
+            except AttributeError:           # __slots__ / read-only: nothing can be set there either
+                if callable(getattr(engine, m, None)):
+                    raise
 
     # -- the refused surface ---------------------------------------------------------------
     def update_weights(self, *a, **k):
