@@ -172,5 +172,8 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     c2.r1.teacher.kind = "endpoint"
     c2.r1.teacher.base_url, c2.r1.teacher.model = "http://127.0.0.1:9/v1", "teacher"
     pipeline.make_teacher(_Recorder(c2, log), pipeline.Paths(work))
+    c2.r1.table.prompt_base_url, c2.r1.table.prompt_model = "http://127.0.0.1:9/v1", "frontier"   # the "prompt" arm's
+    arm, _ = evaluate.make_arm(_Recorder(c2, log), work, "prompt", pipeline.target_harness(c2))
+    assert arm.name == "prompt:frontier"
     unread = sorted(p for p in set(_leaves(cfg)) - log if p.startswith("r1."))
     assert not unread, f"r1 fields no code reads: {unread}"
