@@ -33,6 +33,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.arch = config_schema.arch_section()  # typed Qwen3_5Config fields replacing the preset's (None = keep)
     c.model.tokenizer = "qwen"            # "qwen": Qwen3.5 vocabulary (or hf_path's own) | "task_bpe": small BPE trained on the env's train text
     c.model.tokenizer_vocab = 2048        # task_bpe vocabulary size (incl. byte alphabet and Qwen chat specials)
+    c.model.tokenizer_pretokenizer = "bytelevel"  # task_bpe word splitting: "bytelevel" (GPT-2 regex) | "isolate" (each space/punctuation char alone: a value has the same tokens in a question, in quotes and in backticks)
     c.model.tokenizer_cache_dir = ""      # where the packaged Qwen3.5 tokenizer is built once ("" = $HARNESS_JAX_CACHE or ~/.cache/harness_jax)
     c.model.dtype = "float32"             # compute dtype ("float32" | "bfloat16")
     c.model.param_dtype = "float32"       # master parameter dtype (also of weights loaded from hf_path)

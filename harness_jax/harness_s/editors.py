@@ -394,6 +394,52 @@ def _normalise_answer(parent: Sibling, ctx: EditContext) -> Sibling:
         ctx.env_name, "normalise answers")
 
 
+ANSWER_FROM_RESULT_HOOK = '''def values(obs):
+    out = []
+    for m in re.finditer(r"\\((?:'([^']*)'|\\"([^\\"]*)\\"|(-?[0-9][0-9.]*)),?\\)", obs):
+        out.append(m.group(1) or m.group(2) or m.group(3) or "")
+    return out
+
+def hook(ctx, nb):
+    act = ctx.action or {}
+    hist = ctx.history or []
+    if not hist:
+        return None
+    vals = values(str(hist[-1].get("observation") or ""))
+    if not vals:
+        return None
+    name = act.get("name")
+    if name:
+        if not re.match(r"(commit_final_answer|submit)$", str(name)):
+            return None
+        args = dict(act.get("arguments") or {})
+        keys = [k for k, v in args.items() if isinstance(v, list)]
+        if not keys or args[keys[0]] == vals:
+            return None
+        args[keys[0]] = vals
+        return {"kind": "rewrite_action", "message": "",
+                "action": {"name": name, "arguments": args}}
+    text = str(act.get("text") or "")
+    m = re.search(r"Final Answer:", text)
+    if not m:
+        return None
+    new = text[:m.start()] + "Final Answer: [" + ", ".join('"' + v + '"' for v in vals) + "]"
+    if new == text:
+        return None
+    return {"kind": "rewrite_action", "message": "", "action": new}
+'''
+
+
+@operator("answer_from_result", ("wrong_answer",),
+          "an answer right after a query result is rewritten to that result's values")
+def _answer_from_result(parent: Sibling, ctx: EditContext) -> Sibling:
+    if parent.patch and "on_before_action" in parent.patch.code_hooks():
+        raise NotApplicable("the parent already has an on_before_action code hook")
+    return with_actions(parent, "answer_from_result", [
+        {"type": "add_code_hook", "hook": "on_before_action", "code": ANSWER_FROM_RESULT_HOOK}],
+        ctx.env_name, "answer with the last result's values")
+
+
 def operators_for(direction: str) -> list[EditOperator]:
     """Registered operators addressing ``direction`` (its full label or its family)."""
     fam = direction.split(":", 1)[0]

@@ -4,10 +4,18 @@ Why: the real Qwen3.5 vocabulary has 248k tokens; for a tiny policy (hidden 64-1
 then costs ~30x more FLOPs than the whole decoder, so a 2-core CPU spends almost all of its
 time on logits. ``model.tokenizer="task_bpe"`` trains a byte-level BPE (``tokenizers``) of
 ``model.tokenizer_vocab`` tokens on text the training split exposes (the environment's
-instructions, the tasks' first observations, the oracle's replies and the observations they
-produce), plus the Qwen chat special tokens as single tokens, so the harness's chat format and
-the executor work unchanged. The byte alphabet is always included: any text is encodable, and
-the token stream stays exact (the executor never re-tokenises).
+instructions, the base harness's fixed texts, the tasks' first observations, the oracle's
+replies and the observations they produce), plus the Qwen chat special tokens as single tokens,
+so the harness's chat format and the executor work unchanged. The byte alphabet is always
+included: any text is encodable, and the token stream stays exact (the executor never
+re-tokenises).
+
+``model.tokenizer_pretokenizer`` picks how text is cut into words before BPE: ``"bytelevel"``
+(GPT-2's regex: a word carries its leading space, punctuation runs stick together) or
+``"isolate"`` (every whitespace and punctuation character is a pre-token of its own). With
+``"isolate"`` a value such as ``Maria`` or ``250`` is the same token sequence after a space in a
+question, inside SQL quotes or backticks (``'Maria'``) and in a result row (``('250',)``), so a
+tiny policy copies it token for token; text costs more tokens (spaces are tokens of their own).
 
 The tokenizer is written to ``<workdir>/tokenizer`` on first use and loaded from there on
 resume, so a restarted run sees identical ids. Only train-split tasks are read (never
@@ -23,6 +31,8 @@ from etils import epath
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 CORPUS_TASKS = 300
+PRETOKENIZERS = ("bytelevel", "isolate")
+ISOLATE_PATTERN = r"\s|[^\w\s]"    # one whitespace or one punctuation character per pre-token
 
 
 def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
@@ -49,6 +59,12 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
             if res.done:
                 break
     env.close()
+    # the base harness's fixed texts (a custom H0's instruction, when config.harness.spec is set)
+    from harness_jax.train.rollout import base_harness
+    h = base_harness(config)
+    yield h.system_prompt
+    for m in h.preamble:
+        yield m["content"]
     # the harness's own fixed texts (turn notes, hints) and common formatting
     yield "Your reply could not be parsed. Action: Operation Action: Answer Final Answer: []"
 
@@ -56,21 +72,24 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
 def train(config, out_dir, vocab_size: int):
     """Trains the tokenizer on ``training_corpus(config)`` and saves it to ``out_dir`` (a path or
     URI)."""
-    return train_bpe(list(training_corpus(config)), out_dir, vocab_size)
+    return train_bpe(list(training_corpus(config)), out_dir, vocab_size,
+                     pretokenizer=str(config.model.tokenizer_pretokenizer))
 
 
-def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes: int = 0):
+def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes: int = 0,
+              pretokenizer: str = "bytelevel"):
     """A byte-level BPE of ``vocab_size`` tokens (byte alphabet + Qwen chat specials included)
     trained on ``texts`` and saved to ``out_dir``. ``max_token_bytes=0``: word-level merges (the
     GPT-2 pre-tokenizer splits at spaces and punctuation); ``> 0``: merges may cross words, up to
-    that many bytes per token (phrase-level tokens for highly repetitive text such as code)."""
+    that many bytes per token (phrase-level tokens for highly repetitive text such as code).
+    ``pretokenizer``: ``PRETOKENIZERS`` (module docstring); "isolate" ignores ``max_token_bytes``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     from harness_jax.train import workdir
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not max_token_bytes)
+    tok.pre_tokenizer = pre_tokenizer(pretokenizer, cross_words=bool(max_token_bytes))
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
@@ -82,6 +101,20 @@ def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes
     workdir.write_dir(epath.Path(str(out_dir)), fast.save_pretrained)
     logging.info("trained task BPE tokenizer: %d tokens -> %s", len(fast), out_dir)
     return fast
+
+
+def pre_tokenizer(kind: str, cross_words: bool = False):
+    """The ``tokenizers`` pre-tokenizer for ``model.tokenizer_pretokenizer`` (module docstring);
+    ``cross_words`` (bytelevel only): no word splitting, merges may cross words."""
+    from tokenizers import Regex, pre_tokenizers
+
+    if kind == "bytelevel":
+        return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=not cross_words)
+    if kind == "isolate":
+        return pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(ISOLATE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    raise ValueError(f"model.tokenizer_pretokenizer={kind!r}: expected one of {PRETOKENIZERS}")
 
 
 def load(path):

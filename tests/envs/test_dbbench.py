@@ -44,6 +44,33 @@ def test_generator_is_deterministic_and_covers_every_category(generated_items):
             f"The name of this table is {item['table']['table_name']}, and the headers")
 
 
+def test_generator_family_options_narrow_the_stream(engine):
+    """``domain``/``table_name`` fix the table's domain and name (CPU demo family); the items
+    stay solvable by their gold SQL on both engines, and bad values name the field."""
+    cats = ("counting", "other", "ranking", "comparison", "UPDATE")
+    items = generator.generate_items(10, seed=3, categories=cats, domain="player",
+                                     table_name="players")
+    assert items == generator.generate_items(10, seed=3, categories=cats, domain="player",
+                                             table_name="players")
+    assert items != generator.generate_items(10, seed=3, categories=cats)
+    env = dbbench.DBBenchEnv(engine=engine, protocol="text")
+    for item in items:
+        assert item["table"]["table_name"] == "players"
+        assert [c["name"] for c in item["table"]["table_info"]["columns"]] == [
+            "Player", "Club", "Position", "Nationality", "Goals", "Appearances", "Age"]
+        task = dbbench.tasks_from_items([item])[0]
+        res, ev = _play(env, task, dbbench.oracle_reply(item, "text"))
+        assert ev["success"], item
+    env.close()
+    tasks = registry.load_split("dbbench", "selection", n=4, seed=0, domain="film",
+                                table_name="films", categories=["counting"])
+    assert {t.data["table"]["table_name"] for t in tasks} == {"films"}
+    with pytest.raises(ValueError, match="domain='dragon'"):
+        generator.generate_items(1, domain="dragon")
+    with pytest.raises(ValueError, match="table_name"):
+        generator.generate_item(0, 0, table_name="  ")
+
+
 # -- oracle replay and wrong answers ------------------------------------------------------------
 @pytest.mark.parametrize("proto", ["text", "function"])
 def test_oracle_replay_scores_100_percent(engine, proto, generated_items):

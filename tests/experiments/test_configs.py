@@ -90,7 +90,8 @@ def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
     c.env.dbbench.categories = ("select",)
     kw = registry.config_section("dbbench").env_kwargs(c.env)
     assert kw["engine"] == "mariadb" and kw["socket"] == "/tmp/x.sock" and kw["protocol"] == "text"
-    assert builders.split_kwargs(c, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",)}
+    assert builders.split_kwargs(c, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",),
+                                                         "describe_table": True}
 
 
 @pytest.mark.parametrize("name,field,value,attr", [

@@ -146,8 +146,8 @@ def test_auto_editor_uses_the_llm_only_for_what_operators_miss(chat_server, tmp_
 
 def test_code_hook_operators_run_in_the_sandbox():
     from harness_jax.harness import run_hook
-    from harness_jax.harness_s.editors import (BLOCK_AFTER_ERROR_HOOK, NORMALISE_ANSWER_HOOK,
-                                               SCHEMA_PREVIEW_HOOK)
+    from harness_jax.harness_s.editors import (ANSWER_FROM_RESULT_HOOK, BLOCK_AFTER_ERROR_HOOK,
+                                               NORMALISE_ANSWER_HOOK, SCHEMA_PREVIEW_HOOK)
 
     def act(text="", name=None, args=None):
         return {"action": {"text": text, "name": name, "arguments": args or {}}}
@@ -168,6 +168,19 @@ def test_code_hook_operators_run_in_the_sandbox():
         "block_and_prompt"
     ctx["history"] = [{"observation": "[(3,)]"}]
     assert run_hook(BLOCK_AFTER_ERROR_HOOK, ctx, {}, hook="on_before_action") is None
+    # answer_from_result: an answer after a result row is rewritten to the row's values
+    ctx["history"] = [{"observation": "[('Ann Lee',), ('250',)]"}]
+    assert run_hook(ANSWER_FROM_RESULT_HOOK, ctx, {}, hook="on_before_action")["action"] == \
+        'Action: Answer\nFinal Answer: ["Ann Lee", "250"]'
+    fc = dict(act(name="commit_final_answer", args={"answers": ["0"]}), history=ctx["history"])
+    assert run_hook(ANSWER_FROM_RESULT_HOOK, fc, {}, hook="on_before_action")["action"] == {
+        "name": "commit_final_answer", "arguments": {"answers": ["Ann Lee", "250"]}}
+    for hist in ([{"observation": "[]"}], [{"observation": "no such column: x"}], []):
+        assert run_hook(ANSWER_FROM_RESULT_HOOK, dict(ctx, history=hist), {},
+                        hook="on_before_action") is None
+    assert run_hook(ANSWER_FROM_RESULT_HOOK, dict(act("Action: Operation\nSELECT 1"),
+                                                  history=ctx["history"]), {},
+                    hook="on_before_action") is None
     task = {"instruction": "How many?\nThe name of this table is Stratus inventory, and the "
                            "headers of this table are A,B."}
     out = run_hook(SCHEMA_PREVIEW_HOOK, {"turn": 0, "task": task}, {}, hook="make_pre_hint")

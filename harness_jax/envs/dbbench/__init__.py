@@ -30,13 +30,17 @@ def generate_tasks(n: int, seed: int = 0, split: str = "train", categories=None)
 
 
 def load_split(split: str, n: int = 100, seed: int = 0, path: Optional[str] = None,
-               fractions: Optional[dict] = None, categories: Optional[Sequence] = None) -> list:
+               fractions: Optional[dict] = None, categories: Optional[Sequence] = None,
+               domain: Optional[str] = None, table_name: Optional[str] = None,
+               describe_table: bool = True) -> list:
     """Registry loader: from ``path`` (AgentBench jsonl, partitioned by content hash) or the
-    generator (``n`` tasks from the split's own seed stream)."""
+    generator (``n`` tasks from the split's own seed stream; ``categories`` / ``domain`` /
+    ``table_name`` / ``describe_table`` narrow the generated family, see ``generator``)."""
     if path is not None:
         return splits.partition_tasks(load_tasks(path), split, fractions)
     return tasks_from_items(
-        generate_items(n, seed=splits.split_seed(split, seed), categories=categories),
+        generate_items(n, seed=splits.split_seed(split, seed), categories=categories,
+                       domain=domain, table_name=table_name, describe_table=describe_table),
         split=split, source=f"generated[{split}]")
 
 

@@ -14,6 +14,13 @@ escaping) and questions are constrained so that the answer is unique and engine-
 extremes and compared values are distinct, sums/averages use integer columns only, averages
 are rounded to 2 decimals and never sit on a rounding tie, updates change a value, deletes
 remove some but not all rows. Item ``i`` depends only on ``(seed, i)``.
+
+Narrower task families (for tiny policies trained from scratch, e.g. the CPU demo): ``domain``
+fixes the domain (by its singular noun, ``DOMAIN_NAMES``) and ``table_name`` the table's name,
+so a task differs only in its rows and its question; ``describe_table=False`` leaves out
+AgentBench's ``add_description`` sentence ("The name of this table is ..., and the headers of
+this table are ...") -- with one fixed table the policy learns the schema, and a harness may
+show it. With the defaults the stream is exactly the default one.
 """
 from __future__ import annotations
 
@@ -111,6 +118,8 @@ DOMAINS = (
         Column("Price", "dec", lo=2, hi=500), Column("Stock", "int", lo=0, hi=900))),
 )
 
+DOMAIN_NAMES = tuple(d.singular for d in DOMAINS)
+
 COMPANIES = ["Northwind", "Bluepeak", "Quanta", "Lumen", "Stratus", "Harbor & Co"]
 REGIONS = ["Avalon", "Eastmarch", "Valdoria", "Norland", "Kestria", "Merovia"]
 
@@ -174,12 +183,23 @@ class _Table:
                          tuple(tuple(r) for r in self.rows))
 
 
-def _make_table(rng: random.Random) -> _Table:
-    d = rng.choice(DOMAINS)
-    name = rng.choice(d.table).format(
-        region=rng.choice(REGIONS), year=rng.randint(1990, 2024), decade=rng.choice(
-            [1960, 1970, 1980, 1990, 2000]), person=f"{rng.choice(FIRST)} {rng.choice(LAST)}",
-        company=rng.choice(COMPANIES))
+def _domain(name: str) -> Domain:
+    for d in DOMAINS:
+        if d.singular == name:
+            return d
+    raise ValueError(f"domain={name!r}: expected one of {DOMAIN_NAMES}")
+
+
+def _make_table(rng: random.Random, domain: Optional[str] = None,
+                table_name: Optional[str] = None) -> _Table:
+    d = rng.choice(DOMAINS) if domain is None else _domain(domain)
+    if table_name is None:
+        name = rng.choice(d.table).format(
+            region=rng.choice(REGIONS), year=rng.randint(1990, 2024), decade=rng.choice(
+                [1960, 1970, 1980, 1990, 2000]), person=f"{rng.choice(FIRST)} {rng.choice(LAST)}",
+            company=rng.choice(COMPANIES))
+    else:
+        name = table_name
     n = rng.randint(8, 30)
     keys: list = []
     key_col = d.columns[0]
@@ -347,21 +367,34 @@ def _mutation_md5(spec: TableSpec, sql: str) -> str:
     return after
 
 
-def generate_item(seed: int, index: int, category: Optional[str] = None) -> dict:
-    """Item ``index`` of the stream ``seed`` (category drawn uniformly unless given)."""
+def _check_family(domain: Optional[str], table_name: Optional[str]) -> None:
+    if domain is not None:
+        _domain(domain)
+    if table_name is not None and (not isinstance(table_name, str) or not table_name.strip()):
+        raise ValueError(f"table_name={table_name!r}: give a non-empty table name, or None for "
+                         "the domain's generated names")
+
+
+def generate_item(seed: int, index: int, category: Optional[str] = None, *,
+                  domain: Optional[str] = None, table_name: Optional[str] = None,
+                  describe_table: bool = True) -> dict:
+    """Item ``index`` of the stream ``seed`` (category drawn uniformly unless given; domain and
+    table name fixed when given, see the module docstring)."""
+    _check_family(domain, table_name)
     rng = random.Random(f"dbbench-gen|{int(seed)}|{int(index)}")
     cat = category or rng.choice(CATEGORIES)
     if cat not in CATEGORIES:
         raise ValueError(f"category={cat!r}: expected one of {CATEGORIES}")
     for _ in range(200):
-        t = _make_table(rng)
+        t = _make_table(rng, domain, table_name)
         try:
             desc, sql = _question(t, cat, rng)
             spec = t.spec()
             item = {
                 "description": desc,
                 "add_description": (f"The name of this table is {t.name}, and the headers of "
-                                    f"this table are {','.join(c.name for c in t.cols)}."),
+                                    f"this table are {','.join(c.name for c in t.cols)}."
+                                    if describe_table else ""),
                 "table": {"table_name": t.name, "table_info": {
                     "columns": [{"name": c.name, "type": "TEXT"} for c in t.cols],
                     "rows": [list(r) for r in t.rows]}},
@@ -386,9 +419,11 @@ def generate_item(seed: int, index: int, category: Optional[str] = None) -> dict
 
 
 def generate_items(n: int, seed: int = 0, categories: Optional[Sequence[str]] = None,
-                   start: int = 0) -> list[dict]:
+                   start: int = 0, *, domain: Optional[str] = None,
+                   table_name: Optional[str] = None, describe_table: bool = True) -> list[dict]:
     """``n`` items of stream ``seed``; ``categories`` cycles through the given categories
-    (balanced), otherwise each item draws its category uniformly."""
+    (balanced), otherwise each item draws its category uniformly; ``domain`` / ``table_name`` /
+    ``describe_table`` narrow the family (module docstring)."""
     if n < 0:
         raise ValueError(f"n={n} must be >= 0")
     cats = list(categories) if categories else None
@@ -396,5 +431,7 @@ def generate_items(n: int, seed: int = 0, categories: Optional[Sequence[str]] = 
         bad = [c for c in cats if c not in CATEGORIES]
         if bad:
             raise ValueError(f"categories: unknown {bad}; expected a subset of {CATEGORIES}")
-    return [generate_item(seed, start + i, cats[(start + i) % len(cats)] if cats else None)
+    _check_family(domain, table_name)
+    return [generate_item(seed, start + i, cats[(start + i) % len(cats)] if cats else None,
+                          domain=domain, table_name=table_name, describe_table=describe_table)
             for i in range(n)]
