@@ -1,4 +1,47 @@
-"""DOC"""
+"""harness_s/dbbench_cpu: the Harness-S method on the learnable CPU DBBench family -- README's main
+job (issue 13 §7): ``cpu_learnable``'s task, model and SFT warm start, plus rescue by a frozen
+sibling pool, the features router and re-anchoring.
+
+Commands (after ``pip install -e .``; the whole demonstration, docs/harness_s.md "CPU
+demonstration")::
+
+    # 1) SFT warm start once (also published in sft.cache_dir for the method and its baselines)
+    python launch/train.py --config=experiments/configs/harness_s/grpo_only.py \
+        --workdir=/tmp/hs/sft --config.num_steps=0 --config.eval.at_start=False
+    # 2) evolve the frozen pool with the warm-started policy (deterministic edit operators)
+    python launch/evolve.py --config=experiments/configs/harness_s/dbbench_cpu.py \
+        --workdir=/tmp/hs/evolve --checkpoint=/tmp/hs/sft
+    POOL=$(ls /tmp/hs/evolve/pool/pool-*.json)
+    # 3) the method, one seed (seeds share the warm start through init_from; the task tokenizer
+    #    is the warm start's)
+    mkdir -p /tmp/hs/hs-s0 && cp -r /tmp/hs/sft/tokenizer /tmp/hs/hs-s0/
+    python launch/train.py --config=experiments/configs/harness_s/dbbench_cpu.py:$POOL \
+        --workdir=/tmp/hs/hs-s0 --config.seed=0 --config.model.init_from=/tmp/hs/sft \
+        --config.sft.enabled=False
+    # 4) the GRPO-only control: the same with --config=experiments/configs/harness_s/grpo_only.py
+    #    and --workdir=/tmp/hs/grpo-s0; seeds 1 and 2 likewise
+    # 5) the plot and table over seeds
+    python experiments/probes/hs_demo_report.py --root=/tmp/hs --out=/tmp/hs/demo.png
+    # Rank-1 routing against H0 on held-out tasks
+    python launch/evaluate.py --config=experiments/configs/harness_s/dbbench_cpu.py:$POOL \
+        --workdir=/tmp/hs/eval --checkpoint=/tmp/hs/hs-s0 --routing=rank1 --num_tasks=64
+
+(``c.seed`` is part of the SFT cache key, so ``--sweep=seeds`` of this config would train one
+warm start per seed; ``init_from`` shares one.) Sweeps: ``python launch/sweep.py
+--config=experiments/configs/harness_s/dbbench_cpu.py:$POOL --sweep=seeds --workdir=/tmp/hs/seeds``
+(``seeds``; ``seeds_x_router`` crosses them with the features, validation and random routers).
+
+What it does per GRPO step: G=8 rollouts of 8 tasks under H0; a group whose 8 attempts all
+failed (no infrastructure error) is rescued: the features router picks K=2 distinct siblings
+from the pool, the 8 attempts are split over them, and their episodes replace the group, with
+the 8 original failures in the advantage statistics (calibration "with_original"). At step 10,
+validation of H0 and every sibling is re-run with the current policy and the router's statistics
+and profiles are refreshed. Held-out H0 evaluation (Avg@4 at T=1, 64 selection tasks) at steps
+0, 10 and 20. Writes ``progress.png``, ``metrics.jsonl`` (``rescue/*``), the routing log
+``harness_s/routing.jsonl`` and ``summary.json`` (``harness_s`` section).
+
+Expected result: RESULT
+"""
 from experiments.configs import cpu_learnable
 from experiments.configs.harness_s import common
 
