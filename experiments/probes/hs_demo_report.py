@@ -74,6 +74,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default="/tmp/hsdemo")
     ap.add_argument("--out", default="docs/img/harness_s_cpu_demo.png")
+    ap.add_argument("--sft", default="", help="the warm start's workdir: its evaluations of the "
+                    "unchanged policy are drawn as references (default <root>/sft)")
     args = ap.parse_args()
     import matplotlib
     matplotlib.use("Agg")
@@ -111,6 +113,8 @@ def main():
                         ("rescue/zero_variance_before", "zero-variance fraction before rescue, mean over steps"),
                         ("rescue/trigger_rate", "rescue trigger rate, mean over steps"),
                         ("rescue/success_rate", "rescue success rate, mean over steps"),
+                        ("rescue/helper_attempt_success_rate", "helper attempt success rate, mean over steps"),
+                        ("rescue/wall_fraction", "rescue wall time / step time, mean over steps"),
                         ("rollout/success_rate", "training-rollout success (all harnesses), mean over steps"),
                         ("time/step_s", "step time (s), mean over steps")):
             vals = [v for v in (train_mean(r, k) for r in seeds.values()) if v is not None]
@@ -134,8 +138,30 @@ def main():
         xz = sorted(zvm)
         axes[1].plot(xz, [np.mean(zvm[x]) for x in xz], "-", color=colors[arm], lw=2,
                      label=f"{lab}: zero-variance fraction (mean)")
+    # The unchanged warm-start policy: evaluation sampling seeds are keyed by the episode id (its
+    # tag: start / periodic / final), so an arm's final evaluation is paired with the warm start's
+    # "final" evaluation (same task, same attempt, same random numbers), not with step 0.
+    notes = []
+    sft = os.path.join(args.sft or os.path.join(args.root, "sft"), "summary.json")
+    last = max((int(r.get("step", 0)) for rs in data.values() for rows in rs.values() for r in rows), default=0)
+    if os.path.exists(sft):
+        evs = {e["tag"]: e for e in json.load(open(sft)).get("eval", [])}
+        k = "avg@" + str(max(int(x.split("@")[1]) for x in evs.get("final", {}) if x.startswith("avg@"))) \
+            if "final" in evs else None
+        if k and last:
+            axes[0].plot([last], [evs["final"][k]], "kx", ms=9,
+                         label="warm-start policy, no RL (same sampling stream as the final evaluation)")
+            ref = evs["final"][k]
+            for arm, _ in ARMS:
+                g = [series(rows, "eval/" + k)[max(series(rows, "eval/" + k))] - ref
+                     for rows in data[arm].values() if series(rows, "eval/" + k)]
+                if g:
+                    table.setdefault("held-out gain, last evaluation - warm start on the same sampling stream", {})[arm] = g
+            notes.append(f"\nwarm-start policy without RL, {k}: after_sft {evs.get('after_sft', {}).get(k)} "
+                         f"(tag after_sft), {evs['final'][k]} (tag final: the stream of every run's last evaluation)")
     for name, vals in table.items():
-        lines.append(f"| {name} | " + " | ".join(fmt(vals.get(a, [])) for a, _ in ARMS) + " |")
+        if vals:
+            lines.insert(len(lines), f"| {name} | " + " | ".join(fmt(vals.get(a, [])) for a, _ in ARMS) + " |")
     axes[0].set_xlabel("GRPO step")
     axes[0].set_ylabel("held-out H0 success (Avg@k, 64 tasks)")
     axes[0].set_title("Held-out success under H0 (band: min-max over seeds)")
@@ -147,7 +173,7 @@ def main():
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     fig.savefig(args.out, dpi=110)
-    print("\n".join(lines))
+    print("\n".join(lines + notes))
     print(f"\nseeds: " + ", ".join(f"{a}={sorted(data[a])}" for a, _ in ARMS) + f"\nplot: {args.out}")
 
 
