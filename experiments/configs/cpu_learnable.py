@@ -18,9 +18,11 @@ What changes against ``tiny_cpu`` (docs/cpu_learnable.md has the probes behind e
 * SFT: 1024 gold demonstrations, 600 steps of 16; GRPO: G=8 x 8 tasks, lr 5e-5, Avg@4 at T=1
   on 64 held-out tasks.
 
-Expected result (measured by the probe on a loaded 2-core machine, docs/cpu_learnable.md):
-held-out Avg@4 0 before SFT, about 0.09 after SFT (greedy 0.14), about 0.12 after 20 GRPO steps;
-half or more of the GRPO groups have zero reward variance. SFT takes ~9 min on 2 loaded cores.
+Expected result (measured 2026-11-30 on a loaded 2-core machine, docs/cpu_learnable.md):
+held-out Avg@4 0 before SFT, 0.08-0.11 after SFT (depending on the evaluation's sampling
+stream); SFT takes ~17 min. 12-20 GRPO steps do not move held-out success measurably (an older
+probe: 0.094 -> 0.117 in 20 steps; the current tree: no change in 12 steps over 3 seeds); half or
+more of the GRPO groups have zero reward variance.
 The Harness-S demonstration on this family is ``experiments/configs/harness_s/dbbench_cpu.py``.
 """
 import os
