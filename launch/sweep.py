@@ -38,7 +38,24 @@ _RAY_RES = flags.DEFINE_string("ray_resources", None, 'custom resources per job 
 _RAY_MEM = flags.DEFINE_integer("ray_memory", None, "memory (bytes) reserved for each run's job")
 _RAY_UPLOAD = flags.DEFINE_bool("ray_upload_code", True, "upload the repository as the jobs' working_dir (False: code is on the nodes)")
 _RAY_RUNTIME_ENV = flags.DEFINE_string("ray_runtime_env", None, "extra Ray runtime_env as JSON (pip, env_vars, ...)")
+_SET = flags.DEFINE_multi_string("set", [], "PATH=VALUE override of every run, under the sweep's own (e.g. --set=num_steps=2); VALUE a Python literal or a string")
 flags.mark_flags_as_required(["config", "sweep"])
+
+
+def _overrides(items):
+    """``--set`` items as ``{path: value}`` (Python literals; anything else is a string)."""
+    import ast
+
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise app.UsageError(f"--set={it!r}: expected PATH=VALUE, e.g. --set=num_steps=2")
+        try:
+            out[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            out[k] = v
+    return out
 
 
 def _env(items):
@@ -67,7 +84,7 @@ def main(argv):
     python = _PYTHON.value or ("python" if ray else sys.executable)
     try:
         sw = runner.prepare(_CONFIG.value, _SWEEP.value, _WORKDIR.value, launcher=_LAUNCHER.value,
-                            python=python)
+                            python=python, base=_overrides(_SET.value))
         if ray:
             from harness_jax.sweeps.ray_jobs import RayJobsBackend
             if os.path.isabs(spec.split_config_arg(sw.config_arg)[0]) and _RAY_UPLOAD.value:

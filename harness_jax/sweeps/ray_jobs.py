@@ -23,7 +23,7 @@ from harness_jax.sweeps.local import Outcome
 from harness_jax.sweeps.rundir import RunDir, write_json
 from harness_jax.sweeps.spec import SweepError
 
-CODE_EXCLUDES = [".git", "**/__pycache__", "*.egg-info", ".pytest_cache", "workdir*"]
+CODE_EXCLUDES = [".git", "**/__pycache__", "*.egg-info", ".pytest_cache", "/workdir*/"]   # root-level run dirs only (not harness_jax/train/workdir.py)
 
 
 @dataclasses.dataclass

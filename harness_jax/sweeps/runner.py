@@ -65,15 +65,17 @@ def _find(path: str, repo_root: str, what: str) -> str:
 
 
 def prepare(config: str, sweep_name: str, root: str, launcher: str = "launch/train.py",
-            python: str = sys.executable, repo_root: Optional[str] = None) -> Sweep:
-    """Expands ``sweep_name`` of ``config`` (``path[:arg]``) into runs under ``root``; resolves
-    every run's config (bad overrides fail here). Writes nothing."""
+            python: str = sys.executable, repo_root: Optional[str] = None,
+            base: Optional[dict] = None) -> Sweep:
+    """Expands ``sweep_name`` of ``config`` (``path[:arg]``) into runs under ``root``, each with
+    the ``base`` overrides under its own; resolves every run's config (bad overrides fail here).
+    Writes nothing."""
     repo_root = os.path.abspath(repo_root or default_repo_root())
     path, arg = split_config_arg(config)
     cfg_abs = _find(path, repo_root, "--config")
     launcher_abs = _find(launcher, repo_root, "--launcher")
     abs_arg = cfg_abs + (f":{arg}" if arg is not None else "")
-    runs = expand(abs_arg, sweep_name, repo_root)
+    runs = expand(abs_arg, sweep_name, repo_root, base=base)
     cmd_arg = _repo_relative(cfg_abs, repo_root) + (f":{arg}" if arg is not None else "")
     return Sweep(root=os.path.abspath(root), name=sweep_name, config_arg=cmd_arg,
                  launcher=_repo_relative(launcher_abs, repo_root), repo_root=repo_root,

@@ -151,14 +151,16 @@ def resolve_run(config_arg: str, overrides: Mapping[str, Any]) -> tuple[tuple, d
 
 
 def expand(config_arg: str, sweep_name: str, repo_root: str,
-           loader: Callable = load_config_module) -> list[RunSpec]:
-    """The sweep's runs, named, with their flags and resolved configs."""
+           loader: Callable = load_config_module, base: Optional[Mapping[str, Any]] = None) -> list[RunSpec]:
+    """The sweep's runs, named, with their flags and resolved configs. ``base``: overrides every
+    run gets under the sweep's own (``launch/sweep.py --set``); runs are named by the sweep's."""
     path, _ = split_config_arg(config_arg)
     module = loader(path, repo_root)
     runs = get_sweep(module, sweep_name, path)
     names = hyper.run_names(runs)
     out = []
     for i, (name, r) in enumerate(zip(names, runs)):
+        r = {**dict(base or {}), **r}
         flags_, cfg = resolve_run(config_arg, r)
         out.append(RunSpec(name=name, index=i, overrides=r, flags=flags_, config=cfg))
     return out

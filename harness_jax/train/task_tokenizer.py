@@ -125,10 +125,34 @@ def load(path):
 
 
 def load_or_train(config, tokenizer_dir):
-    """The task tokenizer kept in ``tokenizer_dir`` (``<workdir>/tokenizer``), trained on first use."""
+    """The task tokenizer kept in ``tokenizer_dir`` (``<workdir>/tokenizer``). On first use it is
+    copied from ``model.init_from``'s workdir when that run kept one (its weights index that
+    vocabulary), else trained."""
     if tokenizer_dir is None:
         raise ValueError("model.tokenizer='task_bpe' needs a workdir to keep the trained tokenizer")
     path = epath.Path(str(tokenizer_dir))
     if (path / "tokenizer.json").exists():
         return load(path)
+    src = _init_from_tokenizer(config)
+    if src is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        for f in src.iterdir():
+            if f.is_file():
+                (path / f.name).write_bytes(f.read_bytes())
+        logging.info("task tokenizer copied from model.init_from (%s)", src)
+        return load(path)
     return train(config, path, int(config.model.tokenizer_vocab))
+
+
+def _init_from_tokenizer(config):
+    """``<model.init_from>/tokenizer`` (a training workdir's task BPE), when it exists."""
+    init = str(config.model.get("init_from", "") or "")
+    if not init:
+        return None
+    from harness_jax.paths import resolve
+
+    root = resolve(init)
+    for cand in (root / "tokenizer", root.parent / "tokenizer"):   # a workdir, or its checkpoints/
+        if (cand / "tokenizer.json").exists():
+            return cand
+    return None

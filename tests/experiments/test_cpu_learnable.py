@@ -71,3 +71,17 @@ def test_isolate_tokenizer_copies_values_token_for_token(tmp_path):
     q = bl.encode(f"the player {name}?", add_special_tokens=False)
     v = bl.encode(f"'{name}'", add_special_tokens=False)[1:-1]
     assert not any(q[i:i + len(v)] == v for i in range(len(q)))
+
+
+def test_a_run_from_init_from_uses_that_runs_tokenizer(tmp_path):
+    """A run started from another run's weights (``model.init_from``) takes that run's task
+    tokenizer (the weights index its vocabulary) instead of training a new one."""
+    cfg = cpu_learnable.get_config()
+    src = tmp_path / "sft" / "tokenizer"
+    cfg.model.tokenizer_vocab = 600          # another vocabulary than this config would train
+    first = task_tokenizer.load_or_train(cfg, str(src))
+    cfg.model.tokenizer_vocab = cpu_learnable.get_config().model.tokenizer_vocab
+    cfg.model.init_from = str(tmp_path / "sft")
+    got = task_tokenizer.load_or_train(cfg, str(tmp_path / "run" / "tokenizer"))
+    assert got.get_vocab() == first.get_vocab() and len(got) <= 600
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()

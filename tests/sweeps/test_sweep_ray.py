@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -77,6 +78,10 @@ def ray_head(tmp_path_factory):
     pytest.importorskip("ray")
     dash = _free_port()
     tmp = f"/tmp/rayhj_{os.getpid()}"          # short: Ray's socket paths have a length limit
+    # Ray >= 2.5x turns token authentication on by default; this private loopback cluster runs
+    # without it, and so do the sweep driver and its Ray client in this process (restored after)
+    saved_auth = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", JAX_PLATFORMS="cpu",
                NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
     env.pop("XLA_FLAGS", None)
@@ -95,6 +100,8 @@ def ray_head(tmp_path_factory):
         try:
             no_proxy.open(address + "/api/version", timeout=2).read()
             break
+        except urllib.error.HTTPError:   # it answered (e.g. 401 from an authenticating dashboard)
+            break
         except OSError:
             if p.poll() is not None:
                 pytest.fail(f"ray start exited with {p.returncode}:\n{_log_tails(log.name, tmp)}")
@@ -107,6 +114,8 @@ def ray_head(tmp_path_factory):
             p.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
+        if saved_auth is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
         pytest.skip("Ray's dashboard (Jobs API) did not answer in 300 s on this machine; Ray's logs:\n"
                     + _log_tails(log.name, tmp))
     yield address
@@ -121,6 +130,10 @@ def ray_head(tmp_path_factory):
         pass
     log.close()
     shutil.rmtree(tmp, ignore_errors=True)
+    if saved_auth is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = saved_auth
 
 
 def _sweep(root, address, *extra):

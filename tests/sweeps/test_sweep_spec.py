@@ -180,3 +180,17 @@ def test_local_backend_slots_env_and_no_orphans_when_the_driver_dies(tmp_path):
     alive = [p for p in pids if os.path.exists(f"/proc/{p}")
              and "zombie" not in open(f"/proc/{p}/status").read().lower()]
     assert not alive, f"children outlived the driver: {alive}"
+
+
+def test_base_overrides_reach_every_run_under_the_sweeps_own():
+    """``launch/sweep.py --set``: every run gets the base overrides; the sweep's own win; names
+    come from the sweep's overrides only; a bad base path fails before anything runs."""
+    sw = runner.prepare(CONFIG, "grid", "/tmp/unused", repo_root=ROOT,
+                        base={"num_steps": 1, "opt.lr": 0.5})
+    assert [r.name for r in sw.runs][:2] == ["seed=0,lr=0.001", "seed=0,lr=0.003"]
+    for r in sw.runs:
+        assert r.config["num_steps"] == 1 and r.overrides["num_steps"] == 1
+        assert r.config["opt"]["lr"] in (1e-3, 3e-3)          # the sweep's value wins
+        assert "--config.num_steps=1" in r.flags
+    with pytest.raises(SweepError, match="num_stepz"):
+        runner.prepare(CONFIG, "grid", "/tmp/unused", repo_root=ROOT, base={"num_stepz": 1})
