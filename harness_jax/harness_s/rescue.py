@@ -136,8 +136,10 @@ def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.
     of the concurrent rescues' intervals) as a fraction of ``step_wall_s``."""
     n = len(records)
 
+    from harness_jax.rl.losses import zero_variance   # the one definition
+
     def zero_var(r):
-        return len(r) == 0 or float(np.max(r)) == float(np.min(r))
+        return len(r) == 0 or bool(zero_variance(np.asarray(r, np.float32)[None, :])[0])
 
     trig = [r for r in records if r.triggered]
     rescued = [r for r in trig if any(a is True for att in r.helper_results.values()

@@ -82,4 +82,5 @@ def get_config(pool: str = ""):
 SWEEPS = {
     "seeds": common.seeds(),
     "seeds_x_router": common.seeds_x("harness_s.router.name", ROUTERS),
+    "routed_vs_random": common.seeds_x("harness_s.router.name", ("features", "random")),  # 3 seeds x 2 routers
 }

@@ -14,6 +14,7 @@ SWE-Gym/SWE-bench files), ``sandbox`` (bubblewrap), ``tools`` (editor, tool spec
 ``registration`` (registry glue).
 """
 from harness_jax.envs import registry
+from harness_jax.lazy import lazy_getattr
 from harness_jax.envs.swe.generate import generate_instances
 from harness_jax.envs.swe.grading import (filter_patch, grade, grade_predictions, grade_report,
                                           load_predictions)
@@ -23,11 +24,9 @@ from harness_jax.envs.swe.mutate import KINDS as MUTATION_KINDS
 from harness_jax.envs.swe.sandbox import SandboxLimits, SandboxUnavailable, bwrap_status
 
 
-def __getattr__(name):
-    if name in ("SWEEnv", "reference_actions"):   # the env imports base's asyncio machinery
-        from harness_jax.envs.swe import env
-        return getattr(env, name)
-    raise AttributeError(name)
+# the env imports base's asyncio machinery: loaded on first use
+__getattr__ = lazy_getattr(__name__, {"SWEEnv": "harness_jax.envs.swe.env",
+                                      "reference_actions": "harness_jax.envs.swe.env"})
 
 
 def generate_tasks(n: int, seed: int = 0, split: str = "train", **kw) -> list:
