@@ -14,7 +14,6 @@ demonstration")::
     POOL=$(ls /tmp/hs/evolve/pool/pool-*.json)
     # 3) the method, one seed (seeds share the warm start through init_from; the task tokenizer
     #    is the warm start's)
-    mkdir -p /tmp/hs/hs-s0 && cp -r /tmp/hs/sft/tokenizer /tmp/hs/hs-s0/
     python launch/train.py --config=experiments/configs/harness_s/dbbench_cpu.py:$POOL \
         --workdir=/tmp/hs/hs-s0 --config.seed=0 --config.model.init_from=/tmp/hs/sft \
         --config.sft.enabled=False

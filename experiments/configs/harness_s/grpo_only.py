@@ -8,7 +8,6 @@ Commands::
     python launch/train.py --config=experiments/configs/harness_s/grpo_only.py \
         --workdir=/tmp/hs/sft --config.num_steps=0 --config.eval.at_start=False
     # the control, one seed, from that warm start (dbbench_cpu's docstring: all steps)
-    mkdir -p /tmp/hs/grpo-s0 && cp -r /tmp/hs/sft/tokenizer /tmp/hs/grpo-s0/
     python launch/train.py --config=experiments/configs/harness_s/grpo_only.py \
         --workdir=/tmp/hs/grpo-s0 --config.seed=0 --config.model.init_from=/tmp/hs/sft \
         --config.sft.enabled=False
