@@ -56,6 +56,10 @@ class EnvSection:
                              f"section does not have ({sorted(fields)})")
 
 
+# model.tokenizer_pretokenizer choices (train/task_tokenizer.py implements them)
+TOKENIZER_PRETOKENIZERS = ("bytelevel", "isolate")
+
+
 def or_none(v):
     """'' / () / 0 in a typed field mean "the family's default" (None)."""
     return None if v in ("", (), 0, None) else v

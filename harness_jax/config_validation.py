@@ -143,8 +143,8 @@ def _check_model(config, bad, check_paths):
     _one_of(bad, "model.remat", m.remat, ("none", "block", "full"))
     _one_of(bad, "model.tokenizer", m.tokenizer, ("qwen", "task_bpe"))
     if m.tokenizer == "task_bpe":
-        from harness_jax.train.task_tokenizer import PRETOKENIZERS
-        _one_of(bad, "model.tokenizer_pretokenizer", m.tokenizer_pretokenizer, PRETOKENIZERS)
+        _one_of(bad, "model.tokenizer_pretokenizer", m.tokenizer_pretokenizer,
+                config_schema.TOKENIZER_PRETOKENIZERS)
         if _int_at_least(bad, "model.tokenizer_vocab", m.tokenizer_vocab, 512):
             v = m.arch.vocab_size
             if not m.hf_path and v is not None and v < m.tokenizer_vocab:

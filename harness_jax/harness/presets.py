@@ -55,3 +55,17 @@ def named(name: str, env_name: str, protocol: str) -> HarnessSpec:
     if name not in _NAMED:
         raise KeyError(f"harness {name!r} is not registered; registered: {names()}")
     return _NAMED[name](env_name, protocol)
+
+
+def resolve(spec: str, env_name: str, protocol: str) -> HarnessSpec:
+    """A run's harness: ``spec`` = '' (the benchmark's H0), a registered name, or a JSON/YAML file."""
+    import os
+
+    if not spec:
+        return base_harness(env_name, protocol)      # the published protocol of the benchmark
+    if spec in names():
+        return named(spec, env_name, protocol)
+    if os.path.exists(spec):
+        return HarnessSpec.load(spec)
+    raise FileNotFoundError(f"harness spec {spec!r}: neither a file nor a registered name "
+                            f"({names()}); give a JSON/YAML spec, a name, or '' for H0")

@@ -108,19 +108,9 @@ def base_harness(config, spec: Optional[str] = None):
     """H0 (or ``spec``, default ``harness.spec``: a JSON/YAML file or a registered name) for the
     run's env and protocol, with the run's limits (turns, tokens, context, sampling)."""
     from harness_jax.harness import presets
-    from harness_jax.harness.specs import HarnessSpec
 
     spec = config.harness.spec if spec is None else spec
-    env, protocol = config.env.name, config.env.protocol
-    if not spec:
-        h = presets.base_harness(env, protocol)      # the published protocol of the benchmark
-    elif spec in presets.names():
-        h = presets.named(spec, env, protocol)
-    elif os.path.exists(spec):
-        h = HarnessSpec.load(spec)
-    else:
-        raise FileNotFoundError(f"harness spec {spec!r}: neither a file nor a registered name "
-                                f"({presets.names()}); give a JSON/YAML spec, a name, or '' for H0")
+    h = presets.resolve(spec, config.env.name, config.env.protocol)
     r = config.rollout
     rules = dataclasses.replace(h.rules, max_tokens_per_turn=int(r.max_new_tokens),
                                 **({"max_turns": int(config.env.max_turns)} if config.env.max_turns > 0 else {}))

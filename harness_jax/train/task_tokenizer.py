@@ -28,10 +28,11 @@ from typing import Iterable
 from absl import logging
 from etils import epath
 
+from harness_jax.config_schema import TOKENIZER_PRETOKENIZERS as PRETOKENIZERS
+
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 CORPUS_TASKS = 300
-PRETOKENIZERS = ("bytelevel", "isolate")
 ISOLATE_PATTERN = r"\s|[^\w\s]"    # one whitespace or one punctuation character per pre-token
 
 
@@ -60,8 +61,8 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
                 break
     env.close()
     # the base harness's fixed texts (a custom H0's instruction, when config.harness.spec is set)
-    from harness_jax.train.rollout import base_harness
-    h = base_harness(config)
+    from harness_jax.harness import presets
+    h = presets.resolve(config.harness.spec, config.env.name, config.env.protocol)
     yield h.system_prompt
     for m in h.preamble:
         yield m["content"]
