@@ -253,14 +253,19 @@ BLOCK_AFTER_ERROR_HOOK = '''def hook(ctx, nb):
 '''
 
 
+def _with_guard(parent: Sibling, ctx: EditContext, name: str, code: str, summary: str) -> Sibling:
+    """``parent`` plus one ``on_before_action`` code hook (one guard per sibling: a parent that
+    already has one is not applicable)."""
+    if parent.patch and "on_before_action" in parent.patch.code_hooks():
+        raise NotApplicable("the parent already has an on_before_action code hook")
+    return with_actions(parent, name, [
+        {"type": "add_code_hook", "hook": "on_before_action", "code": code}], ctx.env_name, summary)
+
+
 @operator("block_answer_after_error", ("answered_after_error",),
           "block an answer that directly follows an error observation")
 def _block_after_error(parent: Sibling, ctx: EditContext) -> Sibling:
-    if parent.patch and "on_before_action" in parent.patch.code_hooks():
-        raise NotApplicable("the parent already has an on_before_action code hook")
-    return with_actions(parent, "block_answer_after_error", [
-        {"type": "add_code_hook", "hook": "on_before_action", "code": BLOCK_AFTER_ERROR_HOOK}],
-        ctx.env_name, "no answer right after an error")
+    return _with_guard(parent, ctx, "block_answer_after_error", BLOCK_AFTER_ERROR_HOOK, "no answer right after an error")
 
 
 @operator("empty_result_hint", ("empty_result",),
@@ -387,11 +392,7 @@ def hook(ctx, nb):
 @operator("answer_format_normaliser", ("wrong_answer",),
           "normalise the final answer (list syntax, stray quotes, trailing periods)")
 def _normalise_answer(parent: Sibling, ctx: EditContext) -> Sibling:
-    if parent.patch and "on_before_action" in parent.patch.code_hooks():
-        raise NotApplicable("the parent already has an on_before_action code hook")
-    return with_actions(parent, "answer_format_normaliser", [
-        {"type": "add_code_hook", "hook": "on_before_action", "code": NORMALISE_ANSWER_HOOK}],
-        ctx.env_name, "normalise answers")
+    return _with_guard(parent, ctx, "answer_format_normaliser", NORMALISE_ANSWER_HOOK, "normalise answers")
 
 
 ANSWER_FROM_RESULT_HOOK = '''def values(obs):
@@ -433,11 +434,7 @@ def hook(ctx, nb):
 @operator("answer_from_result", ("wrong_answer",),
           "an answer right after a query result is rewritten to that result's values")
 def _answer_from_result(parent: Sibling, ctx: EditContext) -> Sibling:
-    if parent.patch and "on_before_action" in parent.patch.code_hooks():
-        raise NotApplicable("the parent already has an on_before_action code hook")
-    return with_actions(parent, "answer_from_result", [
-        {"type": "add_code_hook", "hook": "on_before_action", "code": ANSWER_FROM_RESULT_HOOK}],
-        ctx.env_name, "answer with the last result's values")
+    return _with_guard(parent, ctx, "answer_from_result", ANSWER_FROM_RESULT_HOOK, "answer with the last result's values")
 
 
 def operators_for(direction: str) -> list[EditOperator]:
