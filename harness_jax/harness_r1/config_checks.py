@@ -57,10 +57,12 @@ def _check_r1(config, bad):
                     f"the scripted agent indexes the tasks of seed {(opts.get('kwargs') or {}).get('seed', 0)} "
                     f"but the packets are drawn with r1.packets.seed={r.packets.seed}",
                     f'set --config.r1.target.options=\'{{"kwargs": {{"seed": {r.packets.seed}}}}}\'')
-        if t.kind == "jax" and t.model and "://" not in t.model and not os.path.isdir(t.model):
-            bad("r1.target.model", t.model, "no HF weights directory here",
-                "export the target with qwen3_5.save_hf(model, dir) (or launch/train.py's hf_final) and "
-                "point --config.r1.target.model at it")
+        if t.kind == "jax" and t.model and "://" not in t.model:
+            _check_jax_target_dir(t, bad)
+    if t.tokenizer and not os.path.isdir(os.path.expanduser(t.tokenizer)):
+        bad("r1.target.tokenizer", t.tokenizer, "no tokenizer directory here",
+            "point --config.r1.target.tokenizer at a directory with tokenizer.json (e.g. the target's "
+            "HF export), or give '' for the packaged Qwen3.5 vocabulary")
     if not t.temperature >= 0:
         bad("r1.target.temperature", t.temperature, "must be >= 0", "e.g. 1.0 (paired seeds make reruns comparable)")
     int_at_least(bad, "r1.target.max_new_tokens", t.max_new_tokens, 1)
@@ -122,6 +124,23 @@ def _check_r1(config, bad):
     except (ValueError, TypeError) as e:
         bad("r1.table.transfer_targets", r.table.transfer_targets, f"not a JSON list of TargetSpecs ({e})",
             'e.g. \'[{"kind": "chat", "model": "m", "urls": ["https://api.example/v1"]}]\'')
+
+
+def _check_jax_target_dir(t, bad):
+    """A ``jax`` target's HF directory: it exists, holds a config and weights, and the executor
+    tokenises with the tokenizer it ships (never silently with the packaged Qwen3.5 one)."""
+    fix = ("export the target with qwen3_5.save_hf(model, dir) (or launch/train.py's hf_final) and "
+           "point --config.r1.target.model at it")
+    if not os.path.isdir(t.model):
+        bad("r1.target.model", t.model, "no HF weights directory here", fix)
+        return
+    names = set(os.listdir(t.model))
+    if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
+        bad("r1.target.model", t.model, "not an HF export (needs config.json and *.safetensors)", fix)
+    if "tokenizer.json" in names and not t.tokenizer:
+        bad("r1.target.tokenizer", t.tokenizer,
+            f"the target ships its own tokenizer ({t.model}/tokenizer.json) but the executor would "
+            "use the packaged Qwen3.5 vocabulary", f"set --config.r1.target.tokenizer={t.model}")
 
 
 config_validation.register_section_check("r1", find_r1_problems)

@@ -164,3 +164,32 @@ def test_tpu_preset_engineer_train_step_lowers_on_16_fake_devices():
     rep = json.loads(out.stdout.split("REPORT", 1)[1])
     assert rep["mesh_shape"] == {"data": 1, "fsdp": 16, "tensor": 1, "expert": 1}
     assert 8.5e9 < rep["num_params"] < 9.5e9 and rep["rows"] == 32
+
+
+def test_policy_target_preset_validates_and_rejects_a_missing_hf_dir(tiny_hf_dense_dir, tmp_path):
+    """tiny_cpu_policy: a trained policy (an HF dir, config argument) on its own DBBench family; a
+    missing or incomplete dir, and a dir whose own tokenizer would be ignored, are rejected with
+    the path and the fix before anything is built."""
+    from experiments.configs import cpu_learnable
+    from experiments.configs.harness_r1 import tiny_cpu_policy
+
+    c = tiny_cpu_policy.get_config(str(tiny_hf_dense_dir))
+    cv.validate(c, num_devices=1)
+    assert c.r1.target.kind == "jax" and c.r1.target.model == c.r1.target.tokenizer == str(tiny_hf_dense_dir)
+    assert c.harness.spec == cpu_learnable.H0_MINIMAL and c.r1.target.temperature == 1.0
+    assert (c.env.dbbench.domain, c.env.dbbench.table_name, c.env.dbbench.describe_table) == ("player", "players", False)
+    assert "tiny_cpu_policy.py:" in " ".join(tiny_cpu_policy.__doc__.split())
+
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(tiny_cpu_policy.get_config("/no/such/policy"), num_devices=1)
+    [p] = [p for p in ei.value.problems if p.path == "r1.target.model"]
+    assert p.value == "/no/such/policy" and "hf_final" in p.fix and "/no/such/policy" in str(ei.value)
+
+    (tmp_path / "tokenizer.json").write_text("{}")        # a dir with no config/weights, own tokenizer
+    c = tiny_cpu_policy.get_config(str(tmp_path))
+    c.r1.target.tokenizer = ""
+    with pytest.raises(cv.ConfigValidationError) as ei:
+        cv.validate(c, num_devices=1)
+    paths = {p.path: p for p in ei.value.problems}
+    assert "config.json and *.safetensors" in paths["r1.target.model"].problem
+    assert f"--config.r1.target.tokenizer={tmp_path}" in paths["r1.target.tokenizer"].fix
