@@ -152,7 +152,9 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     rule = (agg["greedy"].get("rule") or {}).get("delta_b")
     if rule and rule["n"]:
         ax[0].axhline(rule["mean"], color="C3", ls="--", label=f"rule-based engineer, held-out Δ_B {rule['mean']:+.3f}")
-    ax[0].set(title="GRPO on train packets (reward = paired Δ_B)", xlabel="GRPO step", ylim=(-0.05, 1.05))
+    lows = [s["delta_b"] for c in curves for s in c] + ([rule["mean"]] if rule and rule["n"] else [])
+    ax[0].set(title="GRPO on train packets (reward = paired Δ_B)", xlabel="GRPO step",
+              ylim=(min([-0.05] + [v - 0.05 for v in lows]), 1.05))   # Δ_B < 0 when patches hurt
     ax[0].legend(fontsize=7, loc="lower right")
 
     bars = [("untrained", "sampled"), ("sft", "sampled"), ("grpo", "sampled"),
@@ -174,7 +176,8 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     ax[1].set_xticks(x, [f"{a}\n{sub(a, s)}" for a, s in bars], fontsize=8)
     ax[1].axhline(0, color="k", lw=0.5)
     ax[1].set(title=f"held-out packets: mean Δ_B (bars: mean of {agg['runs']} runs, dots: runs, x: valid fraction)",
-              ylabel="Δ_B", ylim=(-0.05, 1.05))
+              ylabel="Δ_B", ylim=(min([-0.05] + [v - 0.05 for a, s in bars
+                                                 for v in agg[s][a]["delta_b"]["runs"]]), 1.05))
     ax[1].title.set_fontsize(9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out_png)) or ".", exist_ok=True)
