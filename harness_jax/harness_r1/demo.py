@@ -155,7 +155,7 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     lows = [s["delta_b"] for c in curves for s in c] + ([rule["mean"]] if rule and rule["n"] else [])
     ax[0].set(title="GRPO on train packets (reward = paired Δ_B)", xlabel="GRPO step",
               ylim=(min([-0.05] + [v - 0.05 for v in lows]), 1.05))   # Δ_B < 0 when patches hurt
-    ax[0].legend(fontsize=7, loc="lower right")
+    ax[0].legend(fontsize=7, loc="best")
 
     bars = [("untrained", "sampled"), ("sft", "sampled"), ("grpo", "sampled"),
             ("untrained", "greedy"), ("sft", "greedy"), ("grpo", "greedy"), ("rule", "greedy"),
