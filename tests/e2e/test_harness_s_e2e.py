@@ -18,6 +18,8 @@ import time
 
 import pytest
 
+from harness_jax.rl.metrics import read_jsonl
+
 pytestmark = pytest.mark.slow   # ~5 minutes on 2 shared cores
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join("tests", "e2e", "tiny_hs_config.py")
@@ -44,18 +46,8 @@ def _run(script, config_arg, workdir, *extra, timeout=900):
 
 
 def _steps(workdir):
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    out = []
-    for line in open(path):
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "learner/loss" in d or "learner/skipped_empty_batch" in d:
-            out.append(d)
-    return out
+    return [d for d in read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+            if "learner/loss" in d or "learner/skipped_empty_batch" in d]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from harness_jax.rl.metrics import read_jsonl
+
 pytestmark = pytest.mark.slow   # a few minutes on 2 cores; CI runs it
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join("tests", "e2e", "tiny_e2e_config.py")
@@ -35,18 +37,7 @@ def _launch(workdir, *extra):
 
 
 def _metric_steps(workdir):
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    out = []
-    for line in open(path):
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if "learner/loss" in d:
-            out.append(d)
-    return out
+    return [d for d in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "learner/loss" in d]
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,6 @@
   fake devices stands in for the 4B checkpoint).
 """
 import json
-import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -22,8 +19,6 @@ from jax.sharding import PartitionSpec as P
 
 from experiments.configs import gpu8_qwen35_4b_dbbench
 from harness_jax import config_validation as cv
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.slow
@@ -44,18 +39,9 @@ def test_gpu_preset_train_step_compiles_on_4_fake_devices():
 
 @pytest.mark.slow
 def test_tpu_preset_train_step_lowers_on_16_fake_devices():
-    code = (
-        "import json, jax; from experiments.configs import tpu_qwen35_9b as t;"
-        "from harness_jax import config_validation as cv; from harness_jax.train import aot;"
-        "c = t.get_config(); cv.validate(c, num_devices=16);"
-        "r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:16], compile=False);"
-        "print('REPORT', json.dumps(r.as_dict()))")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=16")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    rep = json.loads(out.stdout.split("REPORT", 1)[1])
+    from tests.experiments.aot_lowering import lower_in_subprocess
+
+    rep = lower_in_subprocess("experiments.configs.tpu_qwen35_9b", "", 16)
     assert rep["mesh_shape"] == {"data": 1, "fsdp": 16, "tensor": 1, "expert": 1}
     assert 8.5e9 < rep["num_params"] < 9.5e9          # Qwen3.5-9B: 8.95e9
 

@@ -4,8 +4,6 @@ before anything is built), and the accelerator presets' engineer train step lowe
 meshes on CPU fake devices (as tests/experiments/test_aot.py does for the agent presets)."""
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import pytest
@@ -150,18 +148,9 @@ def test_gpu_preset_engineer_train_step_compiles_on_4_fake_devices():
 
 @pytest.mark.slow
 def test_tpu_preset_engineer_train_step_lowers_on_16_fake_devices():
-    code = (
-        "import json, jax; from experiments.configs.harness_r1 import tpu as t;"
-        "from harness_jax import config_validation as cv; from harness_jax.train import aot;"
-        "c = t.get_config('alfworld'); cv.validate(c, num_devices=16);"
-        "r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:16], compile=False);"
-        "print('REPORT', json.dumps(r.as_dict()))")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=16")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    rep = json.loads(out.stdout.split("REPORT", 1)[1])
+    from tests.experiments.aot_lowering import lower_in_subprocess
+
+    rep = lower_in_subprocess("experiments.configs.harness_r1.tpu", "'alfworld'", 16)
     assert rep["mesh_shape"] == {"data": 1, "fsdp": 16, "tensor": 1, "expert": 1}
     assert 8.5e9 < rep["num_params"] < 9.5e9 and rep["rows"] == 32
 
