@@ -41,20 +41,23 @@ def render(run_tmp: str) -> str:
     out.append(f"==== CI timing summary ({datetime.datetime.now().isoformat(timespec='seconds')}, "
                f"{os.cpu_count()} cores, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}) ====")
     steps = {n: (s, rc) for n, s, rc in _tsv(os.path.join(run_tmp, "steps.tsv"))}
-    notes = {"install": "pip install -e .[test]", "services": "scripts/services.sh start, beside the install",
-             "data_appworld": "AppWorld tree, in the background beside the tests",
-             "tests": "python3 -m pytest -q -n 2 tests"}
-    for name in ("install", "services"):
-        if name in steps:
-            out.append(_row(name, *steps[name], notes[name]))
-        if name == "services":
-            for svc, s, rc in _tsv(os.path.join(run_tmp, "logs", "services", "timings.tsv")):
-                out.append(_row(f"  {svc}", s, rc))
-    for name in ("data_appworld", "tests"):
-        if name in steps:
-            out.append(_row(name, *steps[name], notes[name]))
+    services = _tsv(os.path.join(run_tmp, "logs", "services", "timings.tsv"))
+    if "install" in steps:
+        out.append(_row("install", *steps["install"], "pip install -e .[test]"))
+    for svc, s, rc in services:
+        if svc == "all":
+            out.append(_row("services", s, rc, "scripts/services.sh start, beside the install"))
+    for svc, s, rc in services:
+        if svc != "all":
+            out.append(_row(f"  {svc}", s, rc))
+    if "install_and_services" in steps:
+        out.append(_row("install and services (wall)", *steps["install_and_services"]))
+    if "data" in steps:
+        out.append(_row("data", *steps["data"], "tokenizer, AppWorld tree: beside the tests"))
+    if "tests" in steps:
+        out.append(_row("tests (wall)", *steps["tests"], "python3 -m pytest -q -n 2 tests"))
     if total is not None:
-        out.append(_row("total (wall)", total))
+        out.append(_row("total (wall)", total, None, f"{total / 60:.1f} min"))
     path = os.path.join(run_tmp, "test_timings.json")
     if os.path.exists(path):
         t = json.load(open(path))

@@ -11,7 +11,7 @@
 # be pip-installed, so .ci/run starts this beside `pip install`. Each script's output goes to its
 # own log; a failure prints that log's tail and makes `start` exit non-zero after the others end.
 #   HARNESS_JAX_SERVICES_LOG_DIR  (default /tmp/harness_jax_services) <service>.log, and
-#                                 timings.tsv: service, seconds, exit code (one line each)
+#                                 timings.tsv: service, seconds, exit code (one line each; `all`: the wall time)
 set -uo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,6 +37,7 @@ step() {  # step NAME CMD...: run CMD with its output in $LOGS/NAME.log; record 
 cmd_start() {
   mkdir -p "$LOGS"
   : >"$LOGS/timings.tsv"
+  local t0=$EPOCHREALTIME
   ( rc=0
     step mariadb bash "$REPO/scripts/mariadb.sh" start || rc=1
     step swe_sandbox bash "$REPO/scripts/swe_sandbox.sh" install || rc=1
@@ -47,6 +48,7 @@ cmd_start() {
   local rc=0
   wait "$apt_chain" || rc=1
   wait "$appworld" || rc=1
+  awk -v a="$t0" -v b="$EPOCHREALTIME" -v rc="$rc" 'BEGIN { printf "all\t%.1f\t%d\n", b - a, rc }' >>"$LOGS/timings.tsv"
   if [ "$rc" != 0 ]; then
     echo "services.sh: at least one service failed (logs in $LOGS)" >&2
   fi
