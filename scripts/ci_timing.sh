@@ -19,6 +19,7 @@
 # bubblewrap: on a new machine their apt-get install runs inside the services step, beside pip)
 # and the machine's pip configuration (/etc/pip.conf), which CI uses as well.
 # Run it on an idle machine; it prints the load average before it starts.
+# CI_TIMING_TESTS="tests/eval" runs only those test paths: a dry run of the script itself.
 set -uo pipefail
 
 SRC="$(cd "$(dirname "$0")/.." && git rev-parse --show-toplevel)"
@@ -40,6 +41,9 @@ ENVV=(env -u PYTHONPATH -u VIRTUAL_ENV -u XLA_FLAGS)
 for v in $(env | cut -d= -f1 | grep -E '^(JAX_|HARNESS_JAX_|TF_CPP|TORCHINDUCTOR_)' || true); do ENVV+=(-u "$v"); done
 ENVV+=(CI=true HOME="$WORK/home" PATH="$WORK/venv/bin:$PATH" VIRTUAL_ENV="$WORK/venv"
        HARNESS_JAX_MARIADB_DIR="$WORK/mariadb" HARNESS_JAX_CI_TMP="$WORK/ci_tmp")
+if [ -n "${CI_TIMING_TESTS:-}" ]; then   # a dry run of this script on a few test paths
+  ENVV+=(HARNESS_JAX_CI_TESTS="$CI_TIMING_TESTS"); echo "ci_timing.sh: DRY RUN, tests: $CI_TIMING_TESTS"
+fi
 
 T0=$EPOCHREALTIME
 (cd "$WORK/repo" && "${ENVV[@]}" bash .ci/run </dev/null >"$OUT/ci.log" 2>&1)
