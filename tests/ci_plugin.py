@@ -86,15 +86,25 @@ SHARED_UNITS = {
     "ray": ("tests/sweeps/test_sweep_ray.py", "tests/harness/test_workers.py"),
     "appworld": ("tests/envs/test_appworld",),
 }
-# Work units that take minutes, longest first (CI's timing summary, docs/ci.md). Starting them
-# first keeps one worker from getting a long unit at the end while the other sits idle.
+# Work units that take minutes, longest first (from a full run's --durations; docs/ci.md).
+# Starting them first keeps one worker from getting a long unit at the end while the other sits
+# idle; the many short units fill in behind them.
 HEAVY_FIRST = (
-    "tests/e2e/test_harness_s_e2e.py",
     "tests/harness_r1/test_engineer_pipeline.py",
-    "appworld",
-    "tests/e2e/test_train_e2e.py",
-    "tests/sweeps/test_sweep_local.py",
     "ray",
+    "tests/sweeps/test_sweep_local.py",
+    "tests/rl/test_learner_toy.py",
+    "tests/rl/test_learner_qwen.py",
+    "tests/models/test_gdn_numerics.py",
+    "appworld",
+    "tests/sampling/test_engine.py",
+    "tests/harness/test_executor_jax.py",
+    "tests/e2e/test_train_e2e.py",
+    "tests/e2e/test_harness_s_e2e.py",
+    "tests/models/test_parity.py",
+    "tests/models/test_sharding.py",
+    "tests/rl/test_multihost.py",
+    "tests/experiments/test_configs.py",
 )
 
 
