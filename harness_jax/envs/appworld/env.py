@@ -108,7 +108,8 @@ class AppWorldEnv(BlockingEnv):
         self.status = "running"
         self.task_completed = False
         self.worker: Optional[dict] = None
-        self.timings: dict = {}
+        self.timings: dict = {}        # the service's phases of this reset (seconds)
+        self.eval_timings: dict = {}   # ... of the last evaluation
         self._result: Optional[dict] = None
         self.history: list = []
 
@@ -273,6 +274,7 @@ class AppWorldEnv(BlockingEnv):
         except InfraError as e:
             self._result = self._base_result(False, infra_error=True, error=str(e))
             return self._result
+        self.eval_timings = dict(out.get("timings") or {})
         if "tracker" not in out:
             self._result = self._base_result(False, infra_error=bool(out.get("infra_error")),
                                              error=out.get("error"))

@@ -16,8 +16,10 @@ answers ``{"ready": ...}`` and serves one request per SOCK_SEQPACKET record on t
   {"op": "spawn_evaluator", "root", "task_id", "experiment", "result", "log", "cpu_s"} -> {"pid"}
         a child runs AppWorld's evaluator for one task and writes the TestTracker (or the error)
         to ``result`` as JSON, then exits
-  {"op": "reap"} -> {"ok", "killed"}   SIGKILL every other process of this uid in the sandbox
-        (the episode's child and anything it left behind) and wait for them
+  {"op": "reap"} -> {"ok"}   SIGKILL every other process of this uid in the sandbox (the
+        episode's child and anything it left behind)
+  {"op": "preload", "root"} -> {"ok"}   load the API docs of the data tree under ``root`` once
+        (after the manager installed a new tree)
   {"op": "ping"} -> {"ok"}
 
 Children are single-use: a fresh process per episode and per evaluation, forked from a zygote
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
+import importlib
 import json
 import os
 import resource
@@ -39,11 +43,13 @@ import traceback
 
 ROOT = "/appworld"             # APPWORLD_ROOT of every worker (the slot's binds)
 PR_SET_DUMPABLE = 4
-# The only statements an evaluator applies from a ``changes`` database file: rows in, rows out.
-# A file in the agent's output that tries ATTACH, PRAGMA, schema changes... fails to load.
+# The only statements an evaluator applies from a ``changes`` database file: rows in, rows out
+# (and the read-only pragma SQLite's full-text index runs itself). A file in the agent's output
+# that tries ATTACH, other pragmas, schema changes... fails to load.
 _SQL_ALLOWED = ("SQLITE_INSERT", "SQLITE_UPDATE", "SQLITE_DELETE", "SQLITE_READ",
                 "SQLITE_SELECT", "SQLITE_FUNCTION", "SQLITE_TRANSACTION", "SQLITE_SAVEPOINT",
                 "SQLITE_RECURSIVE")
+_SQL_PRAGMAS = ("data_version",)
 
 
 def now() -> float:
@@ -67,12 +73,56 @@ def _import_appworld() -> dict:
     for app_name in get_all_apps():
         import_models_module(app_name)
         import_apis_module(app_name)
+    _warm_up()
     return {"import_s": round(now() - t0, 3), "appworld_version": appworld.__version__}
+
+
+# Imported lazily by AppWorld's server, APIs and evaluator on first use; a child serves one
+# episode, so each lazy import would be paid per episode (trio's, at import, even runs the C
+# compiler to find libpthread). Measured by listing the modules a first episode imports.
+_LAZY = ("trio", "anyio._backends._asyncio", "dateutil.rrule", "dateutil.easter",
+         "dateutil.zoneinfo", "jsonref", "libcst.native", "unittest.async_case", "shelve",
+         "pytest")
+
+
+def _warm_up() -> None:
+    import uvicorn
+    from appworld.apps.api_lib import set_local_date_and_time, unset_local_date_and_time
+    from appworld.common.constants import DEFAULT_SYSTEM_DATETIME
+    from appworld.serve.environment import app
+    uvicorn.Config(app, log_level="warning").load()     # the HTTP protocol implementations
+    for name in _LAZY:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    # freezegun scans every module the first time a clock is frozen and caches the scan
+    unset_local_date_and_time(set_local_date_and_time(DEFAULT_SYSTEM_DATETIME))
+
+
+def _preload_api_docs(root: str) -> None:
+    """AppWorld caches its API docs per process (not per data tree): load the docs of the tree
+    under ``root`` once here, the way ``Task`` asks for them, so each child inherits them
+    instead of parsing them again."""
+    from appworld import update_root
+    from appworld.apps import get_all_apps
+    from appworld.collections.api_docs import ApiDocCollection
+    from appworld.common.path_store import path_store
+    ApiDocCollection.__dict__["load"].__func__.cache_clear()
+    before = path_store.root
+    update_root(root)
+    try:
+        ApiDocCollection.load(load_apps=tuple(get_all_apps(skip_admin=True)),
+                              include_response_schemas=True)
+    finally:
+        update_root(before)
 
 
 def zygote_main(role: str, control_fd: int) -> None:
     ctl = socket.socket(fileno=control_fd)
     info = _import_appworld()
+    gc.collect()
+    gc.freeze()          # children's collections skip the zygote's objects: no copy-on-write
     _set_dumpable(0)
     children: set = set()
 
@@ -109,18 +159,20 @@ def _handle(req: dict, fds: list, ctl: socket.socket, children: set, reap_exited
     op = req.get("op")
     if op == "ping":
         return {"ok": True}
+    if op == "preload":
+        t0 = now()
+        _preload_api_docs(req.get("root", ROOT))
+        gc.freeze()
+        return {"ok": True, "preload_s": round(now() - t0, 3)}
     if op == "reap":
-        n = 0
+        # SIGKILL every process of this uid but this one (and bwrap's init): none of them runs
+        # another instruction of its own; their exits are collected by reap_exited
         try:
-            os.kill(-1, signal.SIGKILL)      # every process of this uid but this one (and init)
-            n = 1
+            os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        deadline = now() + 10
-        while children and now() < deadline:
-            reap_exited()
-            time.sleep(0.01)
-        return {"ok": not children, "killed": n, "left": sorted(children)}
+        reap_exited()
+        return {"ok": True, "dying": len(children)}
     if op in ("spawn_worker", "spawn_evaluator"):
         if op == "spawn_worker" and len(fds) != 1:
             return {"error": "spawn_worker needs exactly one listening socket"}
@@ -189,8 +241,11 @@ def _guard_changes_sql() -> None:
     from appworld.apps import model_lib
     allowed = {getattr(sqlite3, name) for name in _SQL_ALLOWED}
 
-    def authorizer(action, *_):
-        return sqlite3.SQLITE_OK if action in allowed else sqlite3.SQLITE_DENY
+    def authorizer(action, arg1, arg2, *_):
+        if action in allowed or (action == sqlite3.SQLITE_PRAGMA and arg1 in _SQL_PRAGMAS
+                                 and arg2 is None):
+            return sqlite3.SQLITE_OK
+        return sqlite3.SQLITE_DENY
 
     apply_changes = model_lib.apply_db_changes
 

@@ -39,6 +39,9 @@ INSIDE_PY = os.path.join(HERE, "inside.py")
 CODE_INSIDE = "/opt/harness_jax/inside.py"
 ROOT = "/appworld"
 START_TIMEOUT_S = 180.0
+# Of the host's /etc only the clock's zone and the dynamic loader's cache (without it every
+# library lookup, e.g. ctypes.util.find_library, falls back to running the C compiler).
+ETC_FILES = ("/etc/localtime", "/etc/ld.so.cache")
 
 
 def _load_bwrap():
@@ -255,7 +258,7 @@ class Sandbox:
     def argv(self, control_fd: int) -> list:
         binds = [(INSIDE_PY, CODE_INSIDE, False)] + self.binds
         return bwrap.bwrap_argv(self.uid, self.limits.rlimits(), binds=binds, chdir=ROOT,
-                                etc=False, etc_files=("/etc/localtime",)) + [
+                                etc=False, etc_files=ETC_FILES) + [
             sys.executable, "-s", "-B", CODE_INSIDE, "zygote", "--role", self.role,
             "--control-fd", str(control_fd)]
 
@@ -396,7 +399,7 @@ class WorkerSlot:
         self.tree_sig: Optional[str] = None
         self.child_ns: Optional[int] = None
         self.child_pid: Optional[int] = None
-        self.state = "cold"          # cold | warming | idle | busy (SlotPool's bookkeeping)
+        self.state = "cold"          # cold | warming | idle | busy | freeing (SlotPool's)
         self.episode: Optional[str] = None
         self.episodes_served = 0
 
@@ -434,6 +437,7 @@ class WorkerSlot:
             _empty_dir(self.data)
             for sub in ("base_dbs", "api_docs"):
                 install(os.path.join(data_dir, sub), os.path.join(self.data, sub))
+            self.sandbox.call({"op": "preload", "root": ROOT}, timeout_s=120)
             self.tree_sig = sig
         tasks = os.path.join(self.data, "tasks")
         shutil.rmtree(tasks, ignore_errors=True)
@@ -508,6 +512,7 @@ class Evaluator:
         self.scratch = os.path.join(self.dir, "scratch")
         self.lock = threading.Lock()
         self.trees: set = set()
+        self.preloaded: Optional[str] = None
         self.sandbox: Optional[Sandbox] = None
 
     def start(self) -> None:
@@ -518,7 +523,7 @@ class Evaluator:
             _mkdir(self.roots)
             for d in (self.results, self.scratch):
                 _reset_dir(d, self.uid)
-            self.trees = set()
+            self.trees, self.preloaded = set(), None
             binds = [(self.roots, ROOT, False), (self.results, "/results", True),
                      (self.scratch, "/scratch", True)]
             self.sandbox = Sandbox("evaluator", "evaluator", self.uid, self.limits, binds,
@@ -526,15 +531,22 @@ class Evaluator:
             self.sandbox.start()
 
     def _tree(self, data_dir: str) -> str:
+        """The tree's base databases and API docs, installed once under ``_trees/<sig>``; the
+        evaluator's zygote holds the API docs of the latest tree (AppWorld parses them in every
+        ``Task.load``, though evaluation never reads them)."""
         sig = tree_signature(data_dir)
         with self.lock:
             if sig not in self.trees:
-                dst = os.path.join(self.roots, "_trees", sig)
-                shutil.rmtree(dst, ignore_errors=True)
+                dst = os.path.join(self.roots, "_trees", sig, "data")
+                shutil.rmtree(os.path.dirname(dst), ignore_errors=True)
                 _mkdir(dst)
                 for sub in ("base_dbs", "api_docs"):
                     install(os.path.join(data_dir, sub), os.path.join(dst, sub))
                 self.trees.add(sig)
+            if sig != self.preloaded:
+                self.sandbox.call({"op": "preload", "root": f"{ROOT}/_trees/{sig}"},
+                                  timeout_s=120)
+                self.preloaded = sig
         return sig
 
     def evaluate(self, data_dir: str, task_id: str, experiment: str, copy_end_state,
@@ -551,7 +563,7 @@ class Evaluator:
         try:
             _mkdir(os.path.join(root, "data", "tasks"))
             for sub in ("base_dbs", "api_docs"):
-                os.symlink(f"../../_trees/{sig}/{sub}", os.path.join(root, "data", sub))
+                os.symlink(f"../../_trees/{sig}/data/{sub}", os.path.join(root, "data", sub))
             install_task(data_dir, task_id, os.path.join(root, "data", "tasks", task_id),
                          ground_truth=True)
             end = os.path.join(root, "experiments", "outputs", experiment, "tasks", task_id, "dbs")
@@ -656,10 +668,10 @@ class SlotPool:
                     if idle:
                         idle[0].state = "busy"
                         return idle[0]
-                    # start a cold slot unless a warming one will serve this request
-                    warming = sum(s.state == "warming" for s in self.slots)
+                    # start a cold slot unless one warming up or being freed will serve
+                    pending = sum(s.state in ("warming", "freeing") for s in self.slots)
                     cold = next((s for s in self.slots if s.state == "cold"), None)
-                    if cold is not None and warming < self.waiting:
+                    if cold is not None and pending < self.waiting:
                         cold.state = "busy"
                         break
                     left = deadline - now()
@@ -685,6 +697,11 @@ class SlotPool:
                 f"{lines}. Close those episodes (or end those processes; a closed connection or "
                 "an exited client frees its episode within seconds), raise "
                 "HARNESS_JAX_APPWORLD_WORKERS, or wait longer (acquire_timeout_s)")
+
+    def freeing(self, slot: WorkerSlot) -> None:
+        """The slot's episode is ending (``release`` follows shortly)."""
+        with self.cv:
+            slot.state = "freeing"
 
     def release(self, slot: WorkerSlot) -> None:
         with self.cv:

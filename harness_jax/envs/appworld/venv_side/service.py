@@ -37,7 +37,8 @@ Manager API (JSON bodies):
                                         the episode's files outgrew the disk limit)
                                       | {infra_error: true, error} (worker died / runtime error)
   POST   /episodes/<id>/evaluate      -> {tracker: AppWorld TestTracker.to_dict(), timings}
-  DELETE /episodes/<id>               kills the episode's processes, empties its files
+  DELETE /episodes/<id>               kills the episode's processes, empties its files (after
+                                      answering)
   POST   /shutdown                    stops the sandboxes and the manager
 """
 from __future__ import annotations
@@ -339,7 +340,11 @@ class Manager:
         if ep.state == "abandoned":
             return {"infra_error": True, "error": ep.error}
         pid = ep.slot.child_pid
-        alive = pid is not None and pid_alive(pid)
+        deadline = now() + 1.0                # a dying process closes its sockets before it
+        alive = pid is not None and pid_alive(pid)     # turns into a zombie: give it a moment
+        while alive and now() < deadline:
+            time.sleep(0.02)
+            alive = pid_alive(pid)
         ep.state = "infra_error"
         ep.error = f"AppWorld {what} failed{'' if alive else ' (its worker died)'}: {e!r}"
         with self.cv:
@@ -448,11 +453,14 @@ class Manager:
             self.pool.release(ep.slot)
 
     def close_episode(self, eid: str) -> dict:
+        """Answers at once; the episode's processes and files go in the background (its worker
+        counts as freeing, so a new episode waits for it rather than starting another)."""
         with self.cv:
             ep = self.episodes.get(eid)
         if ep is None or not self._end(ep, "closed by its client", "closed"):
             return {"closed": False}
-        self._free(ep)
+        self.pool.freeing(ep.slot)
+        threading.Thread(target=self._free, args=(ep,), daemon=True).start()
         return {"closed": True}
 
     def abandon(self, ep: Episode, kind: str, why: str) -> None:
@@ -462,6 +470,7 @@ class Manager:
             return
         ep.state, ep.error = "abandoned", f"the episode was closed by the service: {why}"
         print(f"episode {ep.eid} (task {ep.task_id}) released: {why}", flush=True)
+        self.pool.freeing(ep.slot)
         ep.slot.kill_children()
         threading.Thread(target=self._free, args=(ep,), daemon=True).start()
 
