@@ -160,14 +160,16 @@ class ServiceClient:
             conn.close()
 
     # -- API ------------------------------------------------------------------------------------
-    def health(self) -> dict:
-        h = self.request("GET", "/health", timeout_s=10)
-        if h.get("protocol") != PROTOCOL_VERSION:
+    def check_protocol(self, reply: dict) -> dict:
+        if reply.get("protocol") != PROTOCOL_VERSION:
             raise AppWorldUnavailable(
-                f"the AppWorld service at {self.socket} speaks protocol {h.get('protocol')}, "
+                f"the AppWorld service at {self.socket} speaks protocol {reply.get('protocol')}, "
                 f"this client {PROTOCOL_VERSION}: restart it with `bash scripts/appworld.sh stop "
                 f"&& {START_CMD}`")
-        return h
+        return reply
+
+    def health(self) -> dict:
+        return self.check_protocol(self.request("GET", "/health", timeout_s=10))
 
     def available(self) -> bool:
         try:
@@ -204,7 +206,12 @@ class EpisodeConnection:
         body = {"data_dir": os.path.abspath(data_dir), "task_id": task_id}
         body.update(options)
         wait = float(options.get("acquire_timeout_s", 600))
-        return self.request("POST", "/episodes", body, timeout_s=wait + 420)
+        out = self.request("POST", "/episodes", body, timeout_s=wait + 420)
+        try:
+            return self.client.check_protocol(out)
+        except AppWorldUnavailable:
+            self.close()        # an older service does not lease episodes: do not use it
+            raise
 
     def execute(self, episode_id: str, code: str, timeout_s: float) -> dict:
         return self.request("POST", f"/episodes/{episode_id}/execute", {"code": code},

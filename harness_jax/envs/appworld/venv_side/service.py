@@ -297,7 +297,8 @@ class Manager:
             self.counters["episodes_opened"] += 1
         task = out.get("output", {}) if isinstance(out, dict) else {}
         timings = {k: round(v, 4) for k, v in timings.items()}
-        return {"episode_id": eid, "task": task, "worker": slot.describe(), "timings": timings}
+        return {"episode_id": eid, "task": task, "worker": slot.describe(), "timings": timings,
+                "protocol": PROTOCOL_VERSION}
 
     @staticmethod
     def _wait_ready(sock: str, deadline: float) -> None:
