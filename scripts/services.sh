@@ -5,9 +5,11 @@
 #   bash scripts/services.sh status   # exit 0 iff every service is up
 #   bash scripts/services.sh stop     # MariaDB and AppWorld (the sandbox is not a process)
 #
-# `start` runs the services' own scripts concurrently where they do not conflict: MariaDB and
-# bubblewrap both come from Debian's packages (apt-get takes one lock), so they run one after
-# the other, beside AppWorld's venv install and service start. None of them needs the project to
+# `start` runs the services' own scripts concurrently where they do not conflict: bubblewrap and
+# MariaDB both come from Debian's packages (apt-get takes one lock), so they run one after the
+# other, beside AppWorld's venv install and service start. Bubblewrap goes first: AppWorld's
+# start installs it too when it is missing (through the same script, which serializes
+# installers), so by the time MariaDB's apt-get runs no other apt-get does. None of them needs the project to
 # be pip-installed, so .ci/run starts this beside `pip install`. Each script's output goes to its
 # own log; a failure prints that log's tail and makes `start` exit non-zero after the others end.
 #   HARNESS_JAX_SERVICES_LOG_DIR  (default /tmp/harness_jax_services) <service>.log, and
@@ -39,8 +41,8 @@ cmd_start() {
   : >"$LOGS/timings.tsv"
   local t0=$EPOCHREALTIME
   ( rc=0
-    step mariadb bash "$REPO/scripts/mariadb.sh" start || rc=1
     step swe_sandbox bash "$REPO/scripts/swe_sandbox.sh" install || rc=1
+    step mariadb bash "$REPO/scripts/mariadb.sh" start || rc=1
     exit $rc ) &
   local apt_chain=$!
   step appworld bash "$REPO/scripts/appworld.sh" start &
