@@ -121,8 +121,11 @@ def arch_overrides(model) -> dict:
 
 def runtime_overrides(model) -> dict:
     """Runtime knobs of the model config that come from ``config.model`` (with or without
-    hf_path): rematerialisation and layer scanning."""
-    return dict(remat=model.remat, scan_layers=bool(model.scan_layers))
+    hf_path): rematerialisation, layer scanning, the attention implementation and its tiles, and
+    the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory plan)."""
+    return dict(remat=model.remat, scan_layers=bool(model.scan_layers), attention_impl=model.attention,
+                attention_block_q=int(model.attention_block_q), attention_block_kv=int(model.attention_block_kv),
+                reduce_scatter_dtype=model.reduce_scatter_dtype)
 
 
 def model_config(model):

@@ -52,7 +52,7 @@ def get_config():
     c.model.arch.tie_word_embeddings = True  # small Qwen models tie the LM head
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.remat = "dots"                # rematerialise each decoder layer, keeping its weight-matmul outputs
     c.model.scan_layers = True            # compile one 4-layer cycle, scanned 8 times
 
     c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP

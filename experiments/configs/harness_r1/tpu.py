@@ -46,7 +46,7 @@ def get_config(benchmark: str = "dbbench"):
     c.model.preset = "9b"                 # engineer shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.remat = "dots"                # rematerialise each decoder layer, keeping its weight-matmul outputs
     c.model.scan_layers = True            # one cycle scanned
 
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips
