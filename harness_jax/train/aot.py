@@ -44,8 +44,9 @@ def abstract_learner(config, devices=None):
 
     cfg = builders.model_config(config)
     mesh = builders.make_mesh(config, devices)
-    ln = Learner.abstract(builders.abstract_model(config, mesh, cfg), builders.learner_config(config, "grpo"),
-                          mesh=mesh, rules=builders.mesh_rules(config))
+    rules = builders.mesh_rules(config)
+    ln = Learner.abstract(builders.abstract_model(config, mesh, cfg, rules), builders.learner_config(config, "grpo"),
+                          mesh=mesh, rules=rules)
     return ln, cfg
 
 

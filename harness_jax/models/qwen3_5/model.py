@@ -341,8 +341,9 @@ def remat_policy(name: str):
 @dataclasses.dataclass(frozen=True)
 class WeightPlan:
     """How a layer's weights reach its matmuls: cast to ``compute_dtype`` on their FSDP shards,
-    then all-gathered (so the gather moves compute-dtype bytes); their gradients are
-    reduce-scattered in ``reduce_dtype``. Static (hashable): part of the remat'd call's key."""
+    then all-gathered (so the gather moves compute-dtype bytes); the weight-gradient matmuls of
+    ``kernels.linear`` emit ``reduce_dtype``, the dtype their partial sums are reduce-scattered
+    in. Static (hashable): part of the remat'd call's key."""
     compute_dtype: jnp.dtype
     reduce_dtype: jnp.dtype
 
@@ -352,9 +353,12 @@ def _run_layer(static, state, x_BTD, ctx, cache):
     x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
     if plan is not None and ctx.mesh is not None:
         from harness_jax import sharding as shd
-        state = shd.gather_params_for_compute(state, ctx.mesh, ctx.rules, plan.compute_dtype, plan.reduce_dtype)
+        state = shd.gather_params_for_compute(state, ctx.mesh, ctx.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
-    return layer(x_BTD, ctx, cache)
+    if plan is None:
+        return layer(x_BTD, ctx, cache)
+    with K.weight_grad_dtype(plan.reduce_dtype):
+        return layer(x_BTD, ctx, cache)
 
 
 class TextModel(nnx.Module):
@@ -396,6 +400,31 @@ class TextModel(nnx.Module):
         from harness_jax import sharding as shd
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
+
+    def compute_weight(self, var):
+        """A weight Variable as the matmul reads it: the compute dtype, gathered over the FSDP
+        axes after the cast when the model has a mesh (``sharding.gather_for_compute``)."""
+        if self.mesh is None:
+            return var[...].astype(self.dtype)
+        from harness_jax import sharding as shd
+        return shd.gather_for_compute(var[...], shd.var_logical_axes(var), self.mesh, self.rules, self.dtype)
+
+    def embed(self, ids_BT):
+        """Token embeddings. On a mesh the table stays sharded over the FSDP axes of its hidden
+        dim: every device looks up all rows' ids in its slice of the table, then the rows go back
+        to batch sharding (an all-to-all of activations, never an all-gather of the [V, D] table;
+        the gradient is a local scatter-add into the shard)."""
+        if self.mesh is None:
+            return self.embed_tokens(ids_BT)
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        from harness_jax import sharding as shd
+        var = self.embed_tokens.weight
+        spec = shd.logical_to_mesh(shd.var_logical_axes(var), self.mesh, self.rules, var.shape)
+        ids_BT = jax.lax.with_sharding_constraint(ids_BT, NamedSharding(self.mesh, P()))
+        x_BTD = jnp.take(var[...].astype(self.dtype), ids_BT, axis=0)
+        x_BTD = jax.lax.with_sharding_constraint(x_BTD, NamedSharding(self.mesh, P(None, None, spec[1])))
+        return self.constrain(x_BTD)
 
     # -------------------------------------------------------------------------------------
     def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
@@ -537,15 +566,17 @@ class Qwen3_5ForCausalLM(nnx.Module):
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
                        segment_ids_BT=None if segment_ids is None else seg_BT, mesh=self.model.mesh,
                        rules=self.model.rules)
-        x_BTD = self.model.embed_tokens(input_ids_BT)
+        x_BTD = self.model.embed(input_ids_BT)
         x_BTD, _ = self.model.decoder(x_BTD, ctx)
         return self.model.constrain(self.model.norm(x_BTD))
 
     def lm_logits(self, hidden_BTD):
-        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
-        w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
+        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk. On a
+        mesh the head is gathered in the compute dtype per call (``TextModel.compute_weight``)."""
+        var = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         mm = K.linear_in_out if self.lm_head is not None and self.lm_head.in_out else K.linear
-        return mm(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
+        with K.weight_grad_dtype(self.config.reduce_scatter_dtype):
+            return mm(hidden_BTD.astype(self.dtype), self.model.compute_weight(var), jnp.float32)
 
     def __call__(self, input_ids_BT, segment_ids=None, positions=None):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
@@ -583,7 +614,7 @@ class Qwen3_5ForCausalLM(nnx.Module):
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, q_positions_BT=pos_BT, write_pos_BT=write_BT,
                        valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1), mesh=self.model.mesh,
                        rules=self.model.rules)
-        x_BTD = self.model.embed_tokens(input_ids_BT)
+        x_BTD = self.model.embed(input_ids_BT)
         x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
         new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
         return self.model.norm(x_BTD), new_cache
