@@ -43,6 +43,7 @@ def get_config():
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips
     c.mesh.num_devices = 16               # v5p-32 = 16 chips
     c.mesh.platform = "tpu"               # TPU v5p
+    c.mesh.chip = "v5p"                   # AOT budget: 95 GB per chip
 
     c.rollout.mode = "colocated"          # embedded JaxEngine on the learner's mesh, in-place weight update
     c.rollout.max_slots = 64              # decode slots

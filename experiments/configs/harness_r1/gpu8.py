@@ -85,6 +85,7 @@ def get_config(benchmark: str = "dbbench"):
     c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP
     c.mesh.num_devices = 4                # CUDA_VISIBLE_DEVICES=0,1,2,3
     c.mesh.platform = "gpu"               # H100-80GB
+    c.mesh.chip = "h100"                  # AOT budget: 80 GB per GPU
 
     c.rollout.mode = "disaggregated"      # engineer samples from SGLang on GPUs 4-5
     c.rollout.server_urls = ("http://127.0.0.1:30000", "http://127.0.0.1:30001")  # engineer servers

@@ -52,6 +52,7 @@ def get_config(benchmark: str = "dbbench"):
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips
     c.mesh.num_devices = 16               # v5p-32 = 16 chips
     c.mesh.platform = "tpu"               # TPU v5p
+    c.mesh.chip = "v5p"                   # AOT budget: 95 GB per chip
 
     c.rollout.mode = "colocated"          # the engineer samples on its own mesh
     c.rollout.max_slots = 32              # K=8 x 4 packets
