@@ -4,7 +4,7 @@ Sections (a registry: other benchmarks add theirs with ``@section("name")``, e.g
 DeltaNet kernel, expert-parallel MoE or the engine, and ``--sections`` picks them):
 
 * ``attention``: every attention implementation that runs natively on this platform (plus the
-  reference where it fits) at 8k and 32k tokens (``--smoke``: 256), forward and forward+backward:
+  reference where it fits) at 8k and 32k tokens (``--smoke``: 128), forward and forward+backward:
   median time and peak device memory (``memory_stats``; on CPU the compiled temporaries).
 * ``train_step``: the GRPO train step of a depth-truncated Qwen3.5-9B (one layer cycle: 3 Gated
   DeltaNet + 1 gated attention, full width, bf16 compute, fp32 master weights) at 8k tokens under
@@ -102,7 +102,7 @@ def attention_section(args) -> dict:
 
     info = platform_info()
     N, K, H = (4, 2, 32) if args.smoke else (16, 4, 256)        # Qwen3.5-9B attention shape
-    lens = [int(x) for x in args.seq_lens.split(",")] if args.seq_lens else ([256] if args.smoke else [8192, 32768])
+    lens = [int(x) for x in args.seq_lens.split(",")] if args.seq_lens else ([128] if args.smoke else [8192, 32768])
     impls = args.impls.split(",") if args.impls else native_impls(info["platform"])
     dtype = jnp.float32 if args.smoke else jnp.bfloat16
     out = {}
@@ -145,7 +145,7 @@ def train_step_section(args) -> dict:
     info = platform_info()
     if args.smoke:
         cfg = qwen3_5.presets.get("tiny", scan_layers=True)
-        T = 128
+        T = 64
     else:
         cfg = qwen3_5.presets.get("9b", num_hidden_layers=4, layer_types=(), scan_layers=True)
         T = args.train_seq_len
@@ -189,7 +189,7 @@ def parse(argv=None):
     p.add_argument("--smoke", action="store_true", help="tiny shapes (CPU, CI)")
     p.add_argument("--sections", default="", help=f"comma-separated subset of {', '.join(SECTIONS)}")
     p.add_argument("--impls", default="", help="attention implementations (default: native to the platform)")
-    p.add_argument("--seq_lens", default="", help="attention lengths (default 8192,32768; smoke 256)")
+    p.add_argument("--seq_lens", default="", help="attention lengths (default 8192,32768; smoke 128)")
     p.add_argument("--reference_max_bytes", type=float, default=40e9, help="skip the reference above this")
     p.add_argument("--iters", type=int, default=5, help="timed repetitions (median)")
     p.add_argument("--train_seq_len", type=int, default=8192, help="train_step tokens per row")

@@ -52,7 +52,8 @@ def get_config():
     c.model.arch.tie_word_embeddings = True  # small Qwen models tie the LM head
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "dots"                # rematerialise each decoder layer, keeping its weight-matmul outputs
+    c.model.remat = "full"                # recompute each decoder layer in the backward pass (keeps its input)
+    c.model.attention = "pallas_gpu"      # Pallas (Triton) flash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # compile one 4-layer cycle, scanned 8 times
 
     c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP

@@ -37,7 +37,8 @@ def get_config():
     c.model.preset = "9b"                 # Qwen3.5-9B shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "dots"                # rematerialise each decoder layer, keeping its weight-matmul outputs
+    c.model.remat = "full"                # recompute each decoder layer in the backward pass (keeps its input)
+    c.model.attention = "splash"          # TPU Pallas splash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one 4-layer cycle scanned 8 times
 
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips

@@ -79,7 +79,8 @@ def get_config(benchmark: str = "dbbench"):
     c.model.preset = "9b"                 # engineer shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "dots"                # rematerialise each decoder layer, keeping its weight-matmul outputs
+    c.model.remat = "offload"             # recompute each layer; its input waits in pinned host memory
+    c.model.attention = "pallas_gpu"      # Pallas (Triton) flash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one cycle scanned
 
     c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP
