@@ -51,8 +51,8 @@ def _check_budget(module, rep):
     m = re.search(r"AOT budget: (fits|does not fit) \((\d+) GB per device", doc)
     assert m, f"{module}: the docstring must state 'AOT budget: fits|does not fit (N GB per device ...'"
     assert (m.group(1) == "fits") == rep["fits"], (module, rep["peak_gb"], rep["budget_gb"])
-    # the figure it states is this compile's (within 10%: XLA's buffer assignment moves a little)
-    assert abs(int(m.group(2)) - rep["peak_gb"]) <= 0.1 * rep["peak_gb"], (module, m.group(2), rep["peak_gb"])
+    # the figure it states is this compile's (within 20%: XLA's buffer assignment moves with versions)
+    assert abs(int(m.group(2)) - rep["peak_gb"]) <= 0.2 * rep["peak_gb"], (module, m.group(2), rep["peak_gb"])
 
 
 @pytest.mark.slow

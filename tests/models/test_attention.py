@@ -84,8 +84,8 @@ def test_segments_isolate_tokens_and_padding_sees_only_padding():
     seg = _segments()
     v2 = v.at[0, 150].add(5.0)
     for impl in A.IMPLS:
-        o1 = A.attention(q, k, v, impl=impl, segment_ids_BT=seg)
-        o2 = A.attention(q, k, v2, impl=impl, segment_ids_BT=seg)
+        f = jax.jit(lambda v, impl=impl: A.attention(q, k, v, impl=impl, segment_ids_BT=seg))
+        o1, o2 = f(v), f(v2)
         changed = np.asarray(jnp.any(o1 != o2, axis=(2, 3)))
         assert not changed[0, :150].any() and not changed[0, 190:].any() and not changed[1].any(), impl
         assert changed[0, 150:190].all(), impl
@@ -96,13 +96,15 @@ def test_cache_path_matches_the_reference_for_ragged_prefill_and_decode():
     q, k, v = _qkv(jnp.float32, T=5, S=S, seed=1)
     pos = jnp.asarray([[10, 11, 12, 13, 14], [70, 71, 72, 73, 74]], jnp.int32)
     ref = A.attention(q, k, v, impl="reference", q_positions_BT=pos)
-    for impl in A.IMPLS:        # Pallas impls have no cache path: they run xla
-        o = A.attention(q, k, v, impl=impl, q_positions_BT=pos, block_kv=16)
-        assert _err(o, ref) < 2e-5, impl
+    o = jax.jit(lambda q, k, v: A.attention(q, k, v, impl="xla", q_positions_BT=pos, block_kv=16))(q, k, v)
+    assert _err(o, ref) < 2e-5
+    # Pallas impls have no cache path of their own: they run xla (the same program)
+    o_s = jax.jit(lambda q, k, v: A.attention(q, k, v, impl="splash", q_positions_BT=pos, block_kv=16))(q, k, v)
+    np.testing.assert_array_equal(np.asarray(o_s), np.asarray(o))
     # decode: one token per row at different lengths; gradients too
     pos1 = jnp.asarray([[0], [95]], jnp.int32)
-    f = lambda impl: jax.value_and_grad(lambda q, k, v: jnp.sum(A.attention(
-        q, k, v, impl=impl, q_positions_BT=pos1, block_kv=32) ** 2), argnums=(0, 1, 2))(q[:, :1], k, v)
+    f = lambda impl: jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(A.attention(
+        q, k, v, impl=impl, q_positions_BT=pos1, block_kv=32) ** 2), argnums=(0, 1, 2)))(q[:, :1], k, v)
     (lr, gr), (lx, gx) = f("reference"), f("xla")
     assert abs(float(lx - lr)) < 1e-4 * abs(float(lr))
     for a, b in zip(gx, gr):
@@ -151,3 +153,42 @@ def test_bad_calls_name_the_problem():
         A.attention(q, k, v, segment_ids_BT=_segments(), q_positions_BT=_segments())
     with pytest.raises(ValueError, match="S == T"):
         A.attention(q, k[:, :10], v[:, :10])
+
+
+def test_model_with_each_attention_matches_the_reference_model_including_remat_and_cache():
+    """The tiny model (packed rows, scanned layers) with ``xla`` attention under remat "full" and
+    "offload" gives the reference model's logits and parameter gradients; its ``extend`` (cache
+    path) the reference's logits."""
+    from flax import nnx
+
+    from harness_jax.models import qwen3_5
+
+    ids = jax.random.randint(jax.random.key(0), (2, 40), 3, 500)
+    seg = jnp.asarray(np.r_[[1] * 25 + [2] * 15, [1] * 33 + [0] * 7].reshape(2, 40), jnp.int32)
+
+    def loss_and_grads(**kw):
+        cfg = qwen3_5.presets.get("tiny", scan_layers=True, **kw)
+        model = qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
+        gd, params, rest = nnx.split(model, nnx.Param, ...)
+
+        def loss(p):
+            m = nnx.merge(gd, p, rest)
+            return jnp.sum(jnp.sin(m(ids, segment_ids=seg)))
+        return jax.jit(jax.value_and_grad(loss))(params), model
+
+    (l0, g0), ref_model = loss_and_grads()
+    for kw in (dict(attention_impl="xla", remat="full", attention_block_q=16, attention_block_kv=8),
+               dict(attention_impl="xla", remat="offload")):
+        (l1, g1), model = loss_and_grads(**kw)
+        assert abs(float(l1 - l0)) < 1e-4 * abs(float(l0)), kw
+        for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
+            assert _err(a, b) < 1e-4, kw
+    cache_r = qwen3_5.init_cache(ref_model.config, 2, 48)
+    lr, cache_r = ref_model.extend(ids[:, :20], cache_r, jnp.asarray([20, 12]))
+    cache_x = qwen3_5.init_cache(model.config, 2, 48)
+    lx, cache_x = model.extend(ids[:, :20], cache_x, jnp.asarray([20, 12]))
+    np.testing.assert_allclose(np.asarray(lx[0]), np.asarray(lr[0]), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(lx[1, :12]), np.asarray(lr[1, :12]), atol=2e-5)
+    dr, _ = ref_model.extend(ids[:, 20:21], cache_r, jnp.ones(2, jnp.int32))
+    dx, _ = model.extend(ids[:, 20:21], cache_x, jnp.ones(2, jnp.int32))
+    np.testing.assert_allclose(np.asarray(dx), np.asarray(dr), atol=2e-5)
