@@ -351,12 +351,10 @@ class WeightPlan:
 def _run_layer(static, state, x_BTD, ctx, cache):
     graphdef, plan = static
     x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
-    if plan is not None and ctx.mesh is not None:
+    if ctx.mesh is not None:
         from harness_jax import sharding as shd
         state = shd.gather_params_for_compute(state, ctx.mesh, ctx.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
-    if plan is None:
-        return layer(x_BTD, ctx, cache)
     with K.weight_grad_dtype(plan.reduce_dtype):
         return layer(x_BTD, ctx, cache)
 
