@@ -22,6 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 
+# Pallas kernels compile on XLA:CPU only interpreted (a loop nest with nothing of the kernel's
+# memory behaviour); CPU compiles use the memory-efficient XLA kernel in their place, which like
+# them holds nothing T x S.
+CPU_STAND_IN = {"splash": "xla", "pallas_gpu": "xla"}
+
+
 @dataclasses.dataclass
 class AotReport:
     mesh_shape: dict
@@ -39,12 +45,17 @@ class AotReport:
 
 def abstract_learner(config, devices=None):
     """The run's learner without weights (``Learner.abstract``): the real shardings and jitted
-    step, ``state`` as sharded ShapeDtypeStructs. Returns ``(learner, model_config)``."""
+    step, ``state`` as sharded ShapeDtypeStructs. Returns ``(learner, model_config)``. On CPU
+    devices a Pallas attention kernel is replaced by its memory-class stand-in (``CPU_STAND_IN``:
+    XLA:CPU compiles Pallas only interpreted, a loop nest with nothing of the kernel's memory
+    behaviour or cost)."""
     from harness_jax.rl.learner import Learner
     from harness_jax.train import builders
 
     cfg = builders.model_config(config)
     mesh = builders.make_mesh(config, devices)
+    if mesh.devices.flat[0].platform == "cpu":
+        cfg = cfg.replace(attention_impl=CPU_STAND_IN.get(cfg.attention_impl, cfg.attention_impl))
     rules = builders.mesh_rules(config)
     ln = Learner.abstract(builders.abstract_model(config, mesh, cfg, rules), builders.learner_config(config, "grpo"),
                           mesh=mesh, rules=rules)
@@ -87,12 +98,6 @@ def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[in
 # HBM per chip (bytes), as the vendors state it
 CHIP_HBM = {"h100": 80e9, "h200": 141e9, "v5p": 95e9, "v6e": 32e9}
 HEADROOM = 0.10          # kept free for the runtime, fragmentation and collectives' buffers
-
-# Pallas kernels compile on XLA:CPU only interpreted (a loop nest with nothing of the kernel's
-# memory behaviour); the CPU budget compiles the memory-efficient XLA kernel in their place,
-# which like them holds nothing T x S.
-CPU_STAND_IN = {"splash": "xla", "pallas_gpu": "xla"}
-
 
 @dataclasses.dataclass
 class BudgetReport:
@@ -174,15 +179,11 @@ def budget(config, *, devices=None, chip: Optional[str] = None, seq_len: Optiona
     import shutil
     import tempfile
 
-    cfg_attn = config.model.attention
     chip = chip or config.mesh.chip
     if chip not in CHIP_HBM:
         raise ValueError(f"aot.budget: chip {chip!r}; set config.mesh.chip to one of {', '.join(CHIP_HBM)}")
-    c = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") else config
-    with c.unlocked() if hasattr(c, "unlocked") else _nullcontext():
-        c.model.attention = CPU_STAND_IN.get(cfg_attn, cfg_attn)
-    ln, mcfg = abstract_learner(c, devices)
-    T = int(seq_len or c.rl.pack_len)
+    ln, mcfg = abstract_learner(config, devices)
+    T = int(seq_len or config.rl.pack_len)
     R = ln.row_multiple // ln.cfg.num_mini_batches
     lowered = ln.lower_train_step(R, T)
     tmp = dump_dir or tempfile.mkdtemp(prefix="aot_budget_")
@@ -204,18 +205,10 @@ def budget(config, *, devices=None, chip: Optional[str] = None, seq_len: Optiona
         reduces[dt] = reduces.get(dt, 0) + n
     return BudgetReport(
         chip=chip, hbm_bytes=CHIP_HBM[chip], mesh_shape=dict(ln.mesh.shape), seq_len=T, rows=R,
-        num_params=ln.num_params, layers=mcfg.num_hidden_layers, attention=c.model.attention,
+        num_params=ln.num_params, layers=mcfg.num_hidden_layers, attention=mcfg.attention_impl,
         remat=mcfg.remat, compile_s=compile_s, per_device_bytes=per,
         txs_buffers=txs_buffers(compiled.as_text() + text, T, widths),
         gather_dtypes=_collectives(text, "all-gather", min_w), weight_reduce_dtypes=reduces)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def main(argv=None):  # pragma: no cover - thin CLI
