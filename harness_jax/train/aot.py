@@ -154,6 +154,9 @@ def txs_buffers(hlo_text: str, T: int, widths=()) -> list:
     return sorted(found)
 
 
+_FLOATS = ("f32", "bf16", "f16")     # weight collectives (token-id gathers are s32)
+
+
 def _collectives(text: str, op: str, min_elems: int) -> dict:
     import re
     out: dict = {}
@@ -208,7 +211,8 @@ def budget(config, *, devices=None, chip: Optional[str] = None, seq_len: Optiona
         num_params=ln.num_params, layers=mcfg.num_hidden_layers, attention=mcfg.attention_impl,
         remat=mcfg.remat, compile_s=compile_s, per_device_bytes=per,
         txs_buffers=txs_buffers(compiled.as_text() + text, T, widths),
-        gather_dtypes=_collectives(text, "all-gather", min_w), weight_reduce_dtypes=reduces)
+        gather_dtypes={d: n for d, n in _collectives(text, "all-gather", min_w).items() if d in _FLOATS},
+        weight_reduce_dtypes=reduces)
 
 
 def main(argv=None):  # pragma: no cover - thin CLI

@@ -155,10 +155,11 @@ def test_bad_calls_name_the_problem():
         A.attention(q, k[:, :10], v[:, :10])
 
 
-def test_model_with_each_attention_matches_the_reference_model_including_remat_and_cache():
-    """The tiny model (packed rows, scanned layers) with ``xla`` attention under remat "full" and
-    "offload" gives the reference model's logits and parameter gradients; its ``extend`` (cache
-    path) the reference's logits."""
+@pytest.mark.slow
+def test_model_with_xla_attention_matches_the_reference_model_including_remat_and_cache():
+    """The tiny model (packed rows, scanned layers) with ``xla`` attention (small tiles) under
+    remat "offload" gives the reference model's loss and parameter gradients; its ``extend``
+    (cache path: ragged prefill, decode) the reference's logits."""
     from flax import nnx
 
     from harness_jax.models import qwen3_5
@@ -177,8 +178,7 @@ def test_model_with_each_attention_matches_the_reference_model_including_remat_a
         return jax.jit(jax.value_and_grad(loss))(params), model
 
     (l0, g0), ref_model = loss_and_grads()
-    for kw in (dict(attention_impl="xla", remat="full", attention_block_q=16, attention_block_kv=8),
-               dict(attention_impl="xla", remat="offload")):
+    for kw in (dict(attention_impl="xla", remat="offload", attention_block_q=16, attention_block_kv=8),):
         (l1, g1), model = loss_and_grads(**kw)
         assert abs(float(l1 - l0)) < 1e-4 * abs(float(l0)), kw
         for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0)):
