@@ -56,6 +56,11 @@ class EnvSection:
                              f"section does not have ({sorted(fields)})")
 
 
+# mesh.chip: accelerators a preset can be sized for, with their HBM (bytes) and bf16 dense peak
+# (FLOP/s) as the vendors state them (train/aot.py budgets, the MFU peak without log.peak_flops)
+CHIP_HBM = {"h100": 80e9, "h200": 141e9, "v5p": 95e9, "v6e": 32e9}
+CHIP_BF16_PEAK = {"h100": 989e12, "h200": 989e12, "v5p": 459e12, "v6e": 918e12}
+
 # model.tokenizer_pretokenizer choices (train/task_tokenizer.py implements them)
 TOKENIZER_PRETOKENIZERS = ("bytelevel", "isolate")
 

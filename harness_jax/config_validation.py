@@ -199,7 +199,7 @@ def _check_mesh(config, bad, num_devices):
             "e.g. --config.mesh.shape='(1,-1,1,1)'")
         return
     _one_of(bad, "mesh.platform", mesh.platform, ("cpu", "gpu", "tpu"))
-    _one_of(bad, "mesh.chip", mesh.chip, ("", "h100", "h200", "v5p", "v6e"))
+    _one_of(bad, "mesh.chip", mesh.chip, ("",) + tuple(config_schema.CHIP_HBM))
     if not (isinstance(mesh.num_devices, int) and (mesh.num_devices == -1 or mesh.num_devices >= 1)):
         bad("mesh.num_devices", mesh.num_devices, "must be -1 (all devices) or >= 1", "e.g. -1")
         return

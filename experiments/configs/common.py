@@ -51,7 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.rules = config_dict.placeholder(tuple)  # logical-axis rules ((logical, mesh_axis|None), ...); None = harness_jax.sharding.TRAIN_RULES
     c.mesh.num_devices = -1               # devices the run uses: the first N of jax.devices() (-1 = all); validated against the mesh
     c.mesh.platform = "cpu"               # target platform ("cpu" | "gpu" | "tpu"); "cpu" with log.peak_flops=0 measures the MFU peak
-    c.mesh.chip = ""                      # accelerator the preset is sized for ("h100" | "h200" | "v5p" | "v6e"; "" = none): its AOT memory budget (train/aot.py)
+    c.mesh.chip = ""                      # accelerator the preset is sized for ("h100" | "h200" | "v5p" | "v6e"; "" = none): its AOT memory budget (train/aot.py) and, without log.peak_flops, the MFU peak
 
     # ---------------------------------------------------------------- rollout engine
     c.rollout = ml_collections.ConfigDict()

@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness_jax.config_schema import CHIP_HBM   # HBM per chip (bytes), by mesh.chip
+
 
 # Pallas kernels compile on XLA:CPU only interpreted (a loop nest with nothing of the kernel's
 # memory behaviour); CPU compiles use the memory-efficient XLA kernel in their place, which like
@@ -95,8 +97,6 @@ def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[in
 # ---------------------------------------------------------------------------------------------
 # memory budgets at a preset's real shapes
 # ---------------------------------------------------------------------------------------------
-# HBM per chip (bytes), as the vendors state it
-CHIP_HBM = {"h100": 80e9, "h200": 141e9, "v5p": 95e9, "v6e": 32e9}
 HEADROOM = 0.10          # kept free for the runtime, fragmentation and collectives' buffers
 
 @dataclasses.dataclass

@@ -86,11 +86,14 @@ def load_hf_model(config, path, mesh, rules):
 
 
 def peak_flops(config) -> float:
-    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else measured on CPU (0 = unknown)."""
+    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else the bf16 dense peak of
+    ``mesh.chip``, else measured on CPU (0 = unknown)."""
     from harness_jax.train import telemetry
 
     if config.log.peak_flops:
         return float(config.log.peak_flops)
+    if config.mesh.chip:
+        return config_schema.CHIP_BF16_PEAK[config.mesh.chip]
     return telemetry.measure_matmul_peak_flops() if config.mesh.platform == "cpu" else 0.0
 
 
