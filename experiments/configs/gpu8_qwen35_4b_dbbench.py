@@ -31,6 +31,8 @@ the per-layer all-gather, fp32 gradient reduction. AOT budget: fits (49 GB per d
 the 4-device mesh at pack_len 8192, full depth, one 8192-token row per device per micro-batch
 (tests/experiments/test_aot.py). That compile is XLA:CPU's (the Pallas kernel replaced by the XLA
 flash kernel, same memory class), which holds bf16 math in fp32: an upper bound for the GPU.
+Before this plan (reference attention materialising fp32 [B, K, G, T, S] scores, dots-saveable
+remat, fp32 weight gathers) the same compile reported 158 GB.
 Static part, exact: fp32 params 4.2 GB + Adam m, v 8.4 GB + fp32 gradient accumulator 4.2 GB per
 GPU (N = 4.2e9, fsdp=4).
 """
