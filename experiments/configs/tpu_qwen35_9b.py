@@ -22,7 +22,9 @@ Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip. AOT budget: fits (
 of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step
 compiled for the 16-device mesh at pack_len 8192, full depth, one 8192-token row per chip per
 micro-batch (tests/experiments/test_aot.py); that compile is XLA:CPU's (splash replaced by the XLA
-flash kernel), which holds bf16 math in fp32: an upper bound for the TPU. Engine caches
+flash kernel), which holds bf16 math in fp32: an upper bound for the TPU (before this plan:
+reference attention, dots-saveable remat, fp32 weight gathers, the same compile reported 546 GB).
+Engine caches
 (colocated): 64 slots x (8 attention layers x 2 x 4 kv x 256 x 16384 x 2 B + 24 GDN layers x 32
 heads x 128 x 128 x 4 B) / 16 = 1.1 GB per chip on top.
 """
