@@ -81,6 +81,12 @@ def _dot32(a, b):
     return _dot(a, b, F32)
 
 
+def _kv_head(n, G):
+    """Key head of value head ``n`` in an index map (``lax.div``: ``//`` lowers through ``sign``,
+    which Mosaic cannot lower without a TPU attached)."""
+    return n if G == 1 else lax.div(n, jnp.int32(G))
+
+
 def _iota(L, axis):
     return lax.broadcasted_iota(jnp.int32, (L, L), axis)
 
@@ -94,6 +100,13 @@ def _col(row_1L):
 def _row(col_L1):
     L = col_L1.shape[0]
     return jnp.sum(jnp.where(_iota(L, 0) == _iota(L, 1), col_L1, 0.0), axis=0, keepdims=True)
+
+
+def _last(row_1L):
+    """The last entry of a ``[1, L]`` row as ``[1, 1]`` (a masked reduction: Triton has no slice)."""
+    L = row_1L.shape[1]
+    lane = lax.broadcasted_iota(jnp.int32, (1, L), 1)
+    return jnp.sum(jnp.where(lane == L - 1, row_1L, 0.0), axis=1, keepdims=True)
 
 
 def _masked_exp(x, mask):
@@ -133,7 +146,7 @@ def _chunk_common(k, c_row, b_row, r_row, mm_dtype):
     kk = _dot(k, k.T, mm_dtype)
     n_mat = jnp.where(strict, kk * b_col * D, 0.0)
     t = _unit_lower_inverse(n_mat)
-    c_last, r_last = c_row[:, L - 1:], r_row[:, L - 1:]               # [1, 1]
+    c_last, r_last = _last(c_row), _last(r_row)                       # [1, 1]
     in_dec, in_ok = _masked_exp(c_col, r_col == 0)                    # [L, 1]
     out_dec, out_ok = _masked_exp(c_last - c_col, r_col == r_last)    # [L, 1]
     cdec, c_ok = _masked_exp(c_last, r_last == 0)                     # [1, 1]
@@ -331,7 +344,7 @@ def _forward(q, k, v, c, b, r, s0, o, want_out, want_states):
         out_shape.append(jax.ShapeDtypeStruct((B, N, M * A, E), F32))
     kw = dict(mm_dtype=o.mm_dtype, want_out=want_out, want_states=want_states)
     if o.backend == "mosaic":
-        qk_spec = pl.BlockSpec((None, None, L, A), lambda bb, n, e, m: (bb, n // G, m, 0))
+        qk_spec = pl.BlockSpec((None, None, L, A), lambda bb, n, e, m: (bb, _kv_head(n, G), m, 0))
         sc_spec = pl.BlockSpec((None, None, None, 1, L), lambda bb, n, e, m: (bb, n, m, 0, 0))
         in_specs = [qk_spec, qk_spec, pl.BlockSpec((None, None, L, BE), lambda bb, n, e, m: (bb, n, m, e)),
                     sc_spec, sc_spec, pl.BlockSpec((None, None, 1, L), lambda bb, n, e, m: (bb, m, 0, 0)),
@@ -347,7 +360,7 @@ def _forward(q, k, v, c, b, r, s0, o, want_out, want_states):
                               out_specs=out_specs, out_shape=out_shape, scratch_shapes=[_scratch((A, BE))],
                               compiler_params=_compiler_params("mosaic", 3), interpret=o.interpret)
     else:
-        qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, n // G, 0, 0))
+        qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, _kv_head(n, G), 0, 0))
         sc_spec = pl.BlockSpec((None, None, Tp), lambda bb, n, e: (bb, n, 0))
         in_specs = [qk_spec, qk_spec, pl.BlockSpec((None, None, Tp, BE), lambda bb, n, e: (bb, n, 0, e)),
                     sc_spec, sc_spec, pl.BlockSpec((None, Tp), lambda bb, n, e: (bb, 0)),
@@ -381,7 +394,7 @@ def _backward(q, k, v, c, b, r, states, do, dsf, o):
                  jax.ShapeDtypeStruct((B, N, nE, Tp), F32), jax.ShapeDtypeStruct((B, N, A, E), F32)]
     if o.backend == "mosaic":
         rev = lambda m: M - 1 - m
-        qk_spec = pl.BlockSpec((None, None, L, A), lambda bb, n, e, m: (bb, n // G, rev(m), 0))
+        qk_spec = pl.BlockSpec((None, None, L, A), lambda bb, n, e, m: (bb, _kv_head(n, G), rev(m), 0))
         sc_spec = pl.BlockSpec((None, None, None, 1, L), lambda bb, n, e, m: (bb, n, rev(m), 0, 0))
         ve_spec = pl.BlockSpec((None, None, L, BE), lambda bb, n, e, m: (bb, n, rev(m), e))
         ae_spec = pl.BlockSpec((None, None, A, BE), lambda bb, n, e, m: (bb, n, 0, e))
@@ -399,7 +412,7 @@ def _backward(q, k, v, c, b, r, states, do, dsf, o):
                               scratch_shapes=[_scratch((A, BE))], compiler_params=_compiler_params("mosaic", 3),
                               interpret=o.interpret)
     else:
-        qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, n // G, 0, 0))
+        qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, _kv_head(n, G), 0, 0))
         sc_spec = pl.BlockSpec((None, None, Tp), lambda bb, n, e: (bb, n, 0))
         ve_spec = pl.BlockSpec((None, None, Tp, BE), lambda bb, n, e: (bb, n, 0, e))
         ae_spec = pl.BlockSpec((None, None, A, BE), lambda bb, n, e: (bb, n, 0, e))
@@ -526,3 +539,58 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
     s0 = (jnp.zeros((B, N, A, E), F32) if state_BNAE is None else state_BNAE.astype(F32))
     o_BNTE, s = _core(q_k, k_k, v_k, c, b, lax.stop_gradient(r), s0, opts)
     return o_BNTE.transpose(0, 2, 1, 3)[:, :T].astype(dtype), s
+
+
+# ---------------------------------------------------------------------------------------------
+# fused single-token decode step
+# ---------------------------------------------------------------------------------------------
+def _decode_kernel(q_ref, k_ref, v_ref, a_ref, b_ref, s_ref, o_ref, snew_ref, *, use_l2: bool):
+    q, k = q_ref[...].astype(F32), k_ref[...].astype(F32)          # [A, 1] columns
+    A = q.shape[0]
+    if use_l2:
+        q = q * lax.rsqrt(jnp.sum(q * q, axis=0, keepdims=True) + 1e-6)
+        k = k * lax.rsqrt(jnp.sum(k * k, axis=0, keepdims=True) + 1e-6)
+    q = q * (A ** -0.5)
+    s = s_ref[...] * a_ref[...]                                        # decay, [A, BE]
+    kv = jnp.sum(s * k, axis=0, keepdims=True)                         # S^T k, [1, BE]
+    u = b_ref[...] * (v_ref[...].astype(F32) - kv)
+    s = s + k * u
+    o_ref[...] = jnp.sum(s * q, axis=0, keepdims=True).astype(o_ref.dtype)
+    snew_ref[...] = s
+
+
+def decode_step(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None, seg_start_BT=None,
+                use_qk_l2norm: bool = True, *, backend: Optional[str] = None, block_e: Optional[int] = None,
+                interpret: Optional[bool] = None):
+    """One token of ``kernels.recurrent_gated_delta_rule`` (same arguments, T must be 1) as one
+    fused kernel per (row, value head, value block): L2 norms, decay, delta update and readout on
+    the fp32 state, which is updated in place. ``(o_BTNE in q's dtype, new state fp32)``."""
+    B, T, Hk, A = q_BTKA.shape
+    N, E = v_BTNE.shape[2:]
+    if T != 1:
+        raise ValueError(f"gdn_pallas.decode_step: one token per row, got T={T}; use chunk_gated_delta_rule")
+    backend = backend or default_backend()
+    BE = int(block_e or (E if backend == "mosaic" else min(E, 64)))
+    G = N // Hk
+    s = jnp.zeros((B, N, A, E), F32) if state_BNAE is None else state_BNAE.astype(F32)
+    decay = jnp.exp(_log_decay(g_BTN[:, 0]))                                                # [B, N]
+    if seg_start_BT is not None:
+        decay = decay * (1.0 - seg_start_BT[:, :1].astype(F32))
+    col = lambda x: x[:, 0][..., None]                                                     # [B, H, A, 1]
+    qk_spec = pl.BlockSpec((None, None, A, 1), lambda b, n, e: (b, _kv_head(n, G), 0, 0))
+    sc_spec = pl.BlockSpec((None, None, 1, 1), lambda b, n, e: (b, n, 0, 0))
+    row_spec = pl.BlockSpec((None, None, 1, BE), lambda b, n, e: (b, n, 0, e))
+    st_spec = pl.BlockSpec((None, None, A, BE), lambda b, n, e: (b, n, 0, e))
+    cp = None
+    if backend == "triton":
+        from jax.experimental.pallas import triton as pltr
+        cp = pltr.CompilerParams(num_warps=4, num_stages=1)
+    o, s_new = pl.pallas_call(
+        functools.partial(_decode_kernel, use_l2=use_qk_l2norm), grid=(B, N, E // BE),
+        in_specs=[qk_spec, qk_spec, row_spec, sc_spec, sc_spec, st_spec], out_specs=[row_spec, st_spec],
+        out_shape=[jax.ShapeDtypeStruct((B, N, 1, E), q_BTKA.dtype), jax.ShapeDtypeStruct((B, N, A, E), F32)],
+        input_output_aliases={5: 1}, compiler_params=cp,
+        interpret=_interpret() if interpret is None else bool(interpret),
+    )(col(q_BTKA), col(k_BTKA), v_BTNE.transpose(0, 2, 1, 3), decay[..., None, None],
+      beta_BTN[:, 0].astype(F32)[..., None, None], s)
+    return o.transpose(0, 2, 1, 3), s_new
