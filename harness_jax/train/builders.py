@@ -36,11 +36,8 @@ def mesh_rules(config):
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in config.mesh.rules)
 
 
-def _model_kwargs(config, cfg, mesh):
-    kw = dict(dtype=DTYPES[config.model.dtype], param_dtype=DTYPES[config.model.param_dtype])
-    if cfg.is_moe:   # the sorted MoE path does not partition over a multi-device mesh (docs/model.md)
-        kw["moe_impl"] = "dense" if mesh.size > 1 else "sorted"
-    return kw
+def _model_kwargs(config):
+    return dict(dtype=DTYPES[config.model.dtype], param_dtype=DTYPES[config.model.param_dtype])
 
 
 def abstract_model(config, mesh, cfg=None):
@@ -49,7 +46,7 @@ def abstract_model(config, mesh, cfg=None):
     from harness_jax.models import qwen3_5
 
     cfg = model_config(config) if cfg is None else cfg
-    kw = _model_kwargs(config, cfg, mesh)
+    kw = _model_kwargs(config)
     return nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
 
 
@@ -64,10 +61,10 @@ def build_model(config, mesh, rules, cfg=None, *, seed: Optional[int] = None):
     if config.model.hf_path:
         return load_hf_model(config, config.model.hf_path, mesh, rules)
     cfg = model_config(config) if cfg is None else cfg
-    kw = _model_kwargs(config, cfg, mesh)
+    kw = _model_kwargs(config)
     seed = config.seed if seed is None else seed
-    return sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw),
-                                 mesh, rules)
+    model = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw), mesh, rules)
+    return model.set_mesh(mesh, rules)   # as load_hf does: block-boundary batch sharding, MoE expert parallelism
 
 
 def load_hf_model(config, path, mesh, rules):
@@ -76,10 +73,8 @@ def load_hf_model(config, path, mesh, rules):
     from harness_jax.models import qwen3_5
 
     logging.info("loading policy weights from %s", path)
-    cfg = qwen3_5.Qwen3_5Config.from_hf(str(path))
     return qwen3_5.load_hf(str(path), dtype=config.model.dtype, param_dtype=config.model.param_dtype, mesh=mesh,
-                           rules=rules, config_overrides=config_schema.runtime_overrides(config.model),
-                           moe_impl=_model_kwargs(config, cfg, mesh).get("moe_impl"))
+                           rules=rules, config_overrides=config_schema.runtime_overrides(config.model))
 
 
 def peak_flops(config) -> float:

@@ -307,10 +307,8 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     (``harness_jax.sharding``); without a mesh every parameter goes to the default device.
     ``config_overrides``: runtime knobs such as ``scan_layers=True`` or ``remat="full"``.
     ``strict``: unexpected text tensors raise (vision/MTP tensors are always skipped).
-    ``moe_impl`` (in ``model_kw``): "sorted" (ragged_dot, default on one device) or "dense"
-    (default on a multi-device mesh: GSPMD cannot partition the token sort of the sorted path,
-    and on the CPU backend it deadlocks in a collective rendezvous; "dense" is exact and
-    partitions cleanly over the batch and expert axes at X/top_k times the expert FLOPs).
+    Kernel choices (``gdn_impl``, ``moe_impl``, ...) are ``config_overrides`` too; the MoE default
+    ("auto") is expert parallel on the mesh given here (``moe.py``), sorted on one device.
     """
     from harness_jax import sharding as shd
 
@@ -329,8 +327,6 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     if skipped:
         log.info("load_hf: skipping %d vision-tower / MTP tensors (text decoder only)", len(skipped))
     reader = _SourceReader(tensors, prefix)
-    if model_kw.get("moe_impl") is None:
-        model_kw["moe_impl"] = "dense" if (mesh is not None and mesh.size > 1) else "sorted"
     graphdef, abs_state = abstract_model(cfg, dtype, param_dtype, **model_kw)
     flat = nnx.to_flat_state(abs_state)
     table = {s.path: s for s in param_mapping(cfg, [p for p, _ in flat])}

@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec as P
 
 from .kernels import F32, G_FLOOR, l2norm
 
@@ -594,3 +595,35 @@ def decode_step(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=None, seg_st
     )(col(q_BTKA), col(k_BTKA), v_BTNE.transpose(0, 2, 1, 3), decay[..., None, None],
       beta_BTN[:, 0].astype(F32)[..., None, None], s)
     return o.transpose(0, 2, 1, 3), s_new
+
+
+# ---------------------------------------------------------------------------------------------
+# sharded call
+# ---------------------------------------------------------------------------------------------
+def on_mesh(fn, mesh, rules=None):
+    """``fn(q, k, v, g, beta, state, seg_start) -> (o, state)`` run once per batch shard of
+    ``mesh`` under ``shard_map`` (a Pallas call is opaque to GSPMD, which would gather every input
+    to every device). Heads stay whole on each device. Without a multi-device mesh, or when the
+    rows do not split evenly over the batch axes, ``fn`` itself."""
+    if mesh is None or mesh.size == 1:
+        return fn
+    from harness_jax import sharding as shd
+
+    batch = shd.batch_axes(mesh, rules)
+    n = shd.batch_devices(mesh, rules)
+
+    def wrapped(*args):
+        if not batch or args[0].shape[0] % n:
+            return fn(*args)
+        present = [a is not None for a in args]
+        spec = lambda nd: P(batch, *([None] * (nd - 1)))
+
+        def inner(*xs):
+            it = iter(xs)
+            return fn(*[next(it) if p else None for p in present])
+
+        xs = [a for a in args if a is not None]
+        return jax.shard_map(inner, mesh=mesh, in_specs=tuple(spec(a.ndim) for a in xs),
+                             out_specs=(spec(4), spec(4)), check_vma=False)(*xs)
+
+    return wrapped
