@@ -105,13 +105,15 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
     from harness_jax.rl.learner import LearnerConfig
 
     rl = config.rl
+    # MoE: Qwen3.5's router load-balancing loss at the model config's coefficient (0 for dense models)
+    router_aux = float(model_config(config).router_aux_loss_coef) if rl.router_aux_loss else 0.0
     if mode == "sft":
         s = config.sft
         opt = _optimizer(config, lr=s.lr, schedule=s.schedule, warmup_steps=s.warmup_steps, total_steps=s.steps)
         return LearnerConfig(mode="sft", opt=opt, num_micro_batches=rl.micro_batches, num_mini_batches=1,
                              num_epochs=1, shuffle=False, logit_chunk=rl.logit_chunk,
                              loss=losses.PolicyLossConfig(agg=sft_agg, norm_constant=float(sft_norm_constant)),
-                             peak_flops_per_device=peak_flops, seed=config.seed)
+                             peak_flops_per_device=peak_flops, seed=config.seed, router_aux_coef=router_aux)
     loss = losses.PolicyLossConfig(
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None,
         tis_mode=rl.tis_mode, tis_cap=rl.tis_cap, tis_low=rl.tis_low, tis_high=rl.tis_high, agg=rl.agg,
@@ -123,7 +125,7 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
                          temperature=config.rollout.temperature, peak_flops_per_device=peak_flops,
-                         seed=config.seed)
+                         seed=config.seed, router_aux_coef=router_aux)
 
 
 def pack_config(config, row_multiple: int):

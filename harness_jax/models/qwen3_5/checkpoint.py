@@ -17,6 +17,7 @@ Text weights are found under ``model.`` (``*ForCausalLM``) or ``model.language_m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -91,8 +92,22 @@ def read_safetensors_index(ckpt_dir: str) -> dict[str, TensorInfo]:
     return out
 
 
-def _read_tensor(info: TensorInfo, rows: Optional[slice] = None) -> np.ndarray:
-    """Read one tensor (or a contiguous range of its leading rows) with pread."""
+def _pread_into(path: str, start: int, view: memoryview) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < len(view):
+            k = os.preadv(fd, [view[got:]], start + got)
+            if k <= 0:
+                raise CheckpointError(f"{path}: truncated while reading a tensor at byte {start + got}")
+            got += k
+    finally:
+        os.close(fd)
+
+
+def _read_tensor(info: TensorInfo, rows: Optional[slice] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Read one tensor (or a contiguous range of its leading rows) with pread; into ``out`` (a
+    C-contiguous array of the right size and dtype) when given, without another host copy."""
     dt = np.dtype(_ST_DTYPES[info.dtype])
     shape = info.shape
     start, end = info.start, info.end
@@ -101,18 +116,14 @@ def _read_tensor(info: TensorInfo, rows: Optional[slice] = None) -> np.ndarray:
         row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dt.itemsize
         start, end = info.start + r0 * row_bytes, info.start + r1 * row_bytes
         shape = (r1 - r0,) + tuple(shape[1:])
-    fd = os.open(info.file, os.O_RDONLY)
-    try:
-        buf = bytearray(end - start)
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            k = os.preadv(fd, [view[got:]], start + got)
-            if k <= 0:
-                raise CheckpointError(f"{info.file}: truncated while reading a tensor at byte {start + got}")
-            got += k
-    finally:
-        os.close(fd)
+    if out is not None:
+        if out.dtype != dt or out.nbytes != end - start or not out.flags.c_contiguous:
+            raise CheckpointError(f"{info.file}: cannot read a {info.dtype}{list(shape)} tensor into a "
+                                  f"{out.dtype}{list(out.shape)} buffer")
+        _pread_into(info.file, start, memoryview(out.reshape(-1).view(np.uint8)))
+        return out
+    buf = bytearray(end - start)
+    _pread_into(info.file, start, memoryview(buf))
     return np.frombuffer(buf, dtype=dt).reshape(shape)
 
 
@@ -235,30 +246,45 @@ def _read_layer_tensor(reader: _SourceReader, src: ParamSource, name: str, cfg: 
     if not reader.has(f"{base}.0.down_proj.weight"):
         raise CheckpointError(f"checkpoint is missing tensor {reader.resolve(name)!r} and its per-expert form "
                               f"{reader.resolve(base + '.0.down_proj.weight')!r} (parameter {our})")
-    pieces = []
-    I, D = cfg.moe_intermediate_size, cfg.hidden_size
-    for x in x_sel:
-        if src.kind == "gate_up":
-            g = reader.read(f"{base}.{x}.gate_proj.weight", our)
-            if g.shape != (I, D):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.gate_proj.weight')!r} has shape "
-                                      f"{g.shape}, expected {(I, D)}")
-            g = np.array(g)
-            u = reader.read(f"{base}.{x}.up_proj.weight", our)
-            if u.shape != (I, D):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.up_proj.weight')!r} has shape "
-                                      f"{u.shape}, expected {(I, D)}")
-            t = np.concatenate([g, u], axis=0)
-        else:
-            t = reader.read(f"{base}.{x}.down_proj.weight", our)
-            if t.shape != (D, I):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.down_proj.weight')!r} has shape "
-                                      f"{t.shape}, expected {(D, I)}")
-        pieces.append(np.asarray(t)[rest_idx])
     n_experts = _expert_count(reader, base)
     if n_experts != X:
         raise CheckpointError(f"{reader.resolve(base)}: checkpoint has {n_experts} experts but config.num_experts={X}")
-    return np.stack(pieces) if pieces else np.zeros((0,) + want_shape[1:])
+    return _read_experts(reader, base, src.kind, cfg, list(x_sel), rest_idx, our)
+
+
+def _read_experts(reader: _SourceReader, base: str, kind: str, cfg: Qwen3_5Config, experts: list, rest_idx: tuple,
+                  our: str) -> np.ndarray:
+    """Per-expert HF tensors (``{base}.{e}.gate_proj/up_proj/down_proj.weight``) stacked into our
+    fused layout ``[experts, 2I, D]`` / ``[experts, D, I]``: each expert is read with ``pread``
+    straight into its slot of one preallocated array (in the on-disk dtype), so host memory holds
+    the stacked result once, not a copy per expert plus a stack. A shard that keeps only part of
+    the inner dims (``rest_idx``) reads each expert whole into one reused buffer and copies its part."""
+    I, D = cfg.moe_intermediate_size, cfg.hidden_size
+    parts = ([("gate_proj", slice(0, I)), ("up_proj", slice(I, 2 * I))] if kind == "gate_up"
+             else [("down_proj", slice(None))])
+    want = (I, D) if kind == "gate_up" else (D, I)
+    infos = {}
+    for e in experts:
+        for proj, _ in parts:
+            hf = f"{base}.{e}.{proj}.weight"
+            info = reader.info(hf, our)
+            if tuple(info.shape) != want:
+                raise CheckpointError(f"tensor {reader.resolve(hf)!r} has shape {tuple(info.shape)}, expected {want}")
+            reader.used.add(reader.resolve(hf))
+            infos[(e, proj)] = info
+    full = (2 * I, D) if kind == "gate_up" else (D, I)
+    dt = np.dtype(_ST_DTYPES[infos[(experts[0], parts[0][0])].dtype]) if experts else np.dtype(np.float32)
+    whole = all(isinstance(r, slice) and r.indices(n) == (0, n, 1) for r, n in zip(rest_idx, full))
+    out_shape = full if whole else np.empty(full, np.uint8)[rest_idx].shape
+    out = np.empty((len(experts),) + tuple(out_shape), dt)
+    tmp = None if whole else np.empty(full, dt)
+    for i, e in enumerate(experts):
+        dest = out[i] if whole else tmp
+        for proj, rows in parts:
+            _read_tensor(infos[(e, proj)], out=dest[rows])
+        if not whole:
+            out[i] = tmp[rest_idx]
+    return out
 
 
 def _norm_index(idx, ndim):
@@ -365,6 +391,15 @@ def _hf_tensors(model: Qwen3_5ForCausalLM):
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
     table = param_mapping(cfg, [p for p, _ in flat])
     values = {tuple(p): v for p, v in flat}
+    held = {"key": None, "value": None}   # the one stacked expert tensor on host (per layer), shared by its experts
+
+    def held_fetch(key, fetch):
+        if held["key"] != key:
+            held["value"] = None          # release the previous layer's tensor before fetching the next
+            held["value"] = fetch()
+            held["key"] = key
+        return held["value"]
+
     for src in table:
         var = values[src.path]
         layers = src.layers if src.layers is not None else (None,)
@@ -379,15 +414,16 @@ def _hf_tensors(model: Qwen3_5ForCausalLM):
 
             if src.kind == "plain":
                 yield name, fetch_one
-            else:
+            else:   # per-expert HF tensors: views of the stacked tensor, fetched to host once per layer
                 base = name.rsplit(".", 1)[0]
                 I = cfg.moe_intermediate_size
+                get = functools.partial(held_fetch, (src.path, c), fetch_one)
                 for x in range(cfg.num_experts):
                     if src.kind == "gate_up":
-                        yield f"{base}.{x}.gate_proj.weight", (lambda f=fetch_one, x=x: f()[x, :I])
-                        yield f"{base}.{x}.up_proj.weight", (lambda f=fetch_one, x=x: f()[x, I:])
+                        yield f"{base}.{x}.gate_proj.weight", (lambda g=get, x=x: g()[x, :I])
+                        yield f"{base}.{x}.up_proj.weight", (lambda g=get, x=x: g()[x, I:])
                     else:
-                        yield f"{base}.{x}.down_proj.weight", (lambda f=fetch_one, x=x: f()[x])
+                        yield f"{base}.{x}.down_proj.weight", (lambda g=get, x=x: g()[x])
 
 
 def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, dtype=None) -> str:
@@ -395,7 +431,9 @@ def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, 
 
     MoE experts are written per expert (``experts.{e}.gate_proj.weight``...), the layout
     transformers' ``save_pretrained`` produces and its loader converts. Tensors are fetched
-    and written one at a time. ``dtype``: optional on-disk dtype (e.g. "bfloat16").
+    and written one at a time; a stacked expert tensor is fetched to host once per layer and its
+    experts written as views of it (peak host memory: one layer's stacked tensor).
+    ``dtype``: optional on-disk dtype (e.g. "bfloat16").
     """
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
@@ -470,6 +508,6 @@ def _write_safetensors(path, group, shapes, disk_dtype) -> int:
             a = np.ascontiguousarray(np.asarray(fetch()).astype(disk_dtype, copy=False))
             if tuple(a.shape) != tuple(shape):
                 raise CheckpointError(f"save_hf: tensor {name!r} has shape {a.shape}, planned {tuple(shape)}")
-            f.write(a.tobytes())
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))   # no bytes copy of the tensor
             del a
     return offset

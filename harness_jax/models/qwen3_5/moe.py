@@ -53,8 +53,8 @@ DOWN_AXES = ("experts", "embed", "expert_mlp")       # logical axes of Experts.d
 
 @struct.dataclass
 class MoeStats:
-    """Router statistics summed over MoE layers (and tokens): what the load-balancing loss and the
-    routing metrics need. Sums, so layers and shards add up."""
+    """Router statistics summed over MoE layers (and tokens): what the load-balancing loss
+    (``rl.losses.load_balancing_loss``) and the routing metrics need. Sums, so layers add up."""
     counts_X: jax.Array      # routed (token, choice) assignments per expert, valid tokens only
     probs_X: jax.Array       # sum over valid tokens of the router's softmax probability per expert
     tokens: jax.Array        # valid tokens routed (summed over layers, like HF's concatenated rows)
@@ -67,16 +67,6 @@ class MoeStats:
 
     def __add__(self, other: "MoeStats") -> "MoeStats":
         return jax.tree.map(jnp.add, self, other)
-
-
-def load_balancing_loss(stats: MoeStats):
-    """Qwen3.5's (Switch Transformer) auxiliary loss, transformers' ``load_balancing_loss_func``:
-    ``X * sum_x (assignments_x / rows) * (probability mass_x / rows)``, rows = valid tokens
-    summed over the MoE layers. 1 when routing is uniform; top_k * X / top_k... grows with
-    imbalance."""
-    rows = jnp.maximum(stats.tokens, 1.0)
-    X = stats.counts_X.shape[-1]
-    return X * jnp.sum((stats.counts_X / rows) * (stats.probs_X / rows))
 
 
 def route(x_SD, router_XD, top_k: int, renormalize: bool, mask_S=None):
