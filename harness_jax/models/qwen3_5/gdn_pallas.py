@@ -21,10 +21,15 @@ Design (docs/model.md, "Pallas Gated DeltaNet"):
   ``T <- T - T (N * mask_s) T`` for ``s = 1, 2, 4, ...``: every intermediate is a block of the
   inverse itself (nothing grows, no powers of N), log2(L) levels of two MXU / tensor-core
   matmuls. GQA: the q/k block of a value head is read from its key head (no repeat in memory).
-* **Precision.** Matmul inputs are the input dtype (bf16 in a bf16 model, fp32 otherwise) with
-  fp32 accumulation; the state is fp32 (cast to the input dtype only as a matmul operand, as FLA
-  does); the inverse and its two products ``T (beta v)``, ``T (beta exp(c) k)`` are fp32 at full
-  precision whatever the input dtype.
+* **Precision.** The state is fp32, and so is everything that flows into it: the keys (passed
+  L2-normalised in fp32), the chunk system ``beta k k^T``, its inverse, ``T (beta v)``,
+  ``T (beta exp(c) k)``, the state read ``kcum S`` and the update ``k^T u``, all at full fp32
+  matmul precision (their backward products too). The readout, ``q S`` and ``(q k^T * D) u``
+  (and their backward products), takes its matmul inputs in the input dtype (bf16 in a bf16 model)
+  with fp32 accumulation: its rounding reaches the outputs only, never the state. Measured on the
+  stress grid with bf16 inputs: state within 3e-5 of the fp32 recurrence (the jnp rule's figure);
+  bf16 state-path products instead left 1e-2 state errors, most of it from the update ``k^T u``
+  and from keys rounded to bf16 (docs/model.md).
 * **Backward** (``jax.custom_vjp``): a reverse walk over the chunks carrying ``dS`` on chip; each
   chunk recomputes its intra-chunk matrices from the inputs and its chunk-start state. Residual
   policy (``residuals``): "recompute" saves only the inputs, and the backward first reruns the
@@ -135,7 +140,7 @@ def _unit_lower_inverse(n_LL):
     return t
 
 
-def _chunk_common(k, c_row, b_row, r_row, mm_dtype):
+def _chunk_common(k, c_row, b_row, r_row):
     """The chunk's masks, decays and inverse (everything that does not depend on the state)."""
     L = k.shape[0]
     i, j = _iota(L, 0), _iota(L, 1)
@@ -144,7 +149,7 @@ def _chunk_common(k, c_row, b_row, r_row, mm_dtype):
     strict = pair & (i > j)
     diff = c_col - c_row
     D, d_ok = _masked_exp(diff, pair)
-    kk = _dot(k, k.T, mm_dtype)
+    kk = _dot32(k, k.T)
     n_mat = jnp.where(strict, kk * b_col * D, 0.0)
     t = _unit_lower_inverse(n_mat)
     c_last, r_last = _last(c_row), _last(r_row)                       # [1, 1]
@@ -157,42 +162,42 @@ def _chunk_common(k, c_row, b_row, r_row, mm_dtype):
 
 def _chunk_forward(q, k, v, c_row, b_row, r_row, s_AE, mm_dtype, want_out=True):
     """One chunk: ``(o [L, BE] fp32 or None, state after the chunk [A, BE] fp32)``."""
-    x = _chunk_common(k, c_row, b_row, r_row, mm_dtype)
+    x = _chunk_common(k, c_row, b_row, r_row)
     bv = x["b_col"] * v.astype(F32)
-    bk = (x["b_col"] * x["in_dec"]) * k.astype(F32)
+    bk = (x["b_col"] * x["in_dec"]) * k
     newv, kcum = _dot32(x["t"], bv), _dot32(x["t"], bk)
-    u = newv - _dot(kcum, s_AE, mm_dtype)
+    u = newv - _dot32(kcum, s_AE)
     o = None
     if want_out:
         qkd = jnp.where(x["pair"], _dot(q, k.T, mm_dtype) * x["D"], 0.0)
         o = x["in_dec"] * _dot(q, s_AE, mm_dtype) + _dot(qkd, u, mm_dtype)
-    s_new = x["cdec"] * s_AE + _dot(k.T, u * x["out_dec"], mm_dtype)
+    s_new = x["cdec"] * s_AE + _dot32(k.T, u * x["out_dec"])
     return o, s_new
 
 
 def _chunk_backward(q, k, v, c_row, b_row, r_row, s_AE, do, ds_new, mm_dtype):
     """Gradients of one chunk given the state at its start, ``dO`` and ``d(state after)``:
     ``(dq, dk [L, A], dv [L, BE], dc_row, db_row [1, L], d(state before) [A, BE])``, all fp32."""
-    x = _chunk_common(k, c_row, b_row, r_row, mm_dtype)
+    x = _chunk_common(k, c_row, b_row, r_row)
     b_col, in_dec, out_dec, D, t = x["b_col"], x["in_dec"], x["out_dec"], x["D"], x["t"]
-    kf, vf, do = k.astype(F32), v.astype(F32), do.astype(F32)
-    bv, bk = b_col * vf, (b_col * in_dec) * kf
+    vf = v.astype(F32)
+    bv, bk = b_col * vf, (b_col * in_dec) * k
     newv, kcum = _dot32(t, bv), _dot32(t, bk)
-    u = newv - _dot(kcum, s_AE, mm_dtype)
+    u = newv - _dot32(kcum, s_AE)
     qk = _dot(q, k.T, mm_dtype)
     qkd = jnp.where(x["pair"], qk * D, 0.0)
     # state after = cdec S + k^T (u * out_dec)
     ds = x["cdec"] * ds_new
     dcdec = jnp.sum(jnp.sum(s_AE * ds_new, axis=1, keepdims=True), axis=0, keepdims=True)   # [1, 1]
-    kds = _dot(k, ds_new, mm_dtype)                                                        # [L, BE]
+    kds = _dot32(k, ds_new)                                                                # [L, BE]
     du = out_dec * kds
     dout = jnp.sum(kds * u, axis=1, keepdims=True)                                         # [L, 1]
-    dk = _dot(u * out_dec, ds_new.T, mm_dtype)
-    # o = in_dec (q S) + qkd u
+    dk = _dot32(u * out_dec, ds_new.T)
+    # o = in_dec (q S) + qkd u  (the readout: mm_dtype products, except what flows into dS)
     qs = _dot(q, s_AE, mm_dtype)
     dq = in_dec * _dot(do, s_AE.T, mm_dtype)
-    ds = ds + _dot(q.T, in_dec * do, mm_dtype)
-    din = jnp.sum(do * qs, axis=1, keepdims=True)                                          # [L, 1]
+    ds = ds + _dot32(q.astype(F32).T, in_dec * do.astype(F32))
+    din = jnp.sum(do.astype(F32) * qs, axis=1, keepdims=True)                              # [L, 1]
     du = du + _dot(qkd.T, do, mm_dtype)
     dqkd = jnp.where(x["pair"], _dot(do, u.T, mm_dtype), 0.0)
     dqk = dqkd * D
@@ -200,8 +205,8 @@ def _chunk_backward(q, k, v, c_row, b_row, r_row, s_AE, do, ds_new, mm_dtype):
     dq = dq + _dot(dqk, k, mm_dtype)
     dk = dk + _dot(dqk.T, q, mm_dtype)
     # u = newv - kcum S
-    dkcum = -_dot(du, s_AE.T, mm_dtype)
-    ds = ds - _dot(kcum.T, du, mm_dtype)
+    dkcum = -_dot32(du, s_AE.T)
+    ds = ds - _dot32(kcum.T, du)
     # newv = T bv, kcum = T bk (fp32)
     dt = _dot32(du, bv.T) + _dot32(dkcum, bk.T)
     dbv, dbk = _dot32(t.T, du), _dot32(t.T, dkcum)
@@ -211,10 +216,10 @@ def _chunk_backward(q, k, v, c_row, b_row, r_row, s_AE, do, ds_new, mm_dtype):
     dkk = dn * b_col * D
     db = jnp.sum(dn * kk * D, axis=1, keepdims=True)
     dD = dD + dn * kk * b_col
-    dk = dk + _dot(dkk + dkk.T, k, mm_dtype)
+    dk = dk + _dot32(dkk + dkk.T, k)
     # bv = beta v, bk = beta in_dec k
     dv = b_col * dbv
-    rk = jnp.sum(dbk * kf, axis=1, keepdims=True)
+    rk = jnp.sum(dbk * k, axis=1, keepdims=True)
     db = db + jnp.sum(dbv * vf, axis=1, keepdims=True) + in_dec * rk
     din = din + b_col * rk
     dk = dk + (b_col * in_dec) * dbk
@@ -470,7 +475,7 @@ def _core_bwd(o: _Opts, res, cts):
     def per_key_head(x):  # [B, N, nE, Tp, A] -> [B, Hk, Tp, A]: sum value blocks and the heads sharing a key
         return x.sum(2).reshape(B, Hk, N // Hk, Tp, A).sum(2)
 
-    return (per_key_head(dq).astype(q.dtype), per_key_head(dk).astype(k.dtype), dv.astype(v.dtype),
+    return (per_key_head(dq).astype(q.dtype), per_key_head(dk), dv.astype(v.dtype),
             dc.sum(2), db.sum(2), jnp.zeros_like(r), ds0)
 
 
@@ -527,7 +532,7 @@ def chunk_gated_delta_rule(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=N
         return jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
 
     q_k = head_major(q.astype(mm_dtype))
-    k_k = head_major(k.astype(mm_dtype))
+    k_k = head_major(k)             # fp32: keys build the chunk system and the state update
     v_k = head_major(v_BTNE.astype(mm_dtype))
     g = jnp.pad(_log_decay(g_BTN), ((0, 0), (0, pad), (0, 0))).transpose(0, 2, 1)          # [B, N, Tp]
     c = jnp.cumsum(g.reshape(B, N, Tp // L, L), axis=-1).reshape(B, N, Tp)
