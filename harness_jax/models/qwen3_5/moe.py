@@ -90,9 +90,9 @@ def default_gmm() -> str:
 
 
 def _tile_rows(R: int, X: int) -> int:
-    """Tile height of the blocked grouped matmul: a power of two with at most ~25% padding
-    (``X * tm <= R / 4``), between 8 and 256."""
-    tm = 1 << max(3, int(math.floor(math.log2(max(R // (4 * max(X, 1)), 1)))))
+    """Tile height of the blocked grouped matmul: a power of two with at most ~12.5% padding
+    (``X * tm <= R / 8``), between 8 and 256."""
+    tm = 1 << max(3, int(math.floor(math.log2(max(R // (8 * max(X, 1)), 1)))))
     return int(min(tm, 256))
 
 
