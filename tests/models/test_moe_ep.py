@@ -204,9 +204,9 @@ def test_model_on_expert_mesh_equals_one_device_and_aux_loss_equals_transformers
 
 @pytest.mark.slow
 def test_ep_learner_trains_tiny_moe_like_one_device(tiny_hf_moe_dir):
-    """GRPO updates of the tiny MoE checkpoint with the router load-balancing loss on: on a
-    (2, 1, 1, 4) mesh (expert parallel) the same losses, router metrics and parameters as on one
-    device."""
+    """A GRPO update (2 micro-batches) of the tiny MoE checkpoint with the router load-balancing
+    loss on: on a (2, 1, 1, 4) mesh (expert parallel) the same loss, gradient norm, router metrics
+    and updated parameters as on one device."""
     from tests.rl.helpers import random_segments
 
     cfg = L.LearnerConfig(num_micro_batches=2, shuffle=False, router_aux_coef=0.001,
@@ -218,7 +218,7 @@ def test_ep_learner_trains_tiny_moe_like_one_device(tiny_hf_moe_dir):
     for name, mesh in (("one", shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1])),
                        ("ep", shd.make_mesh((2, 1, 1, 4)))):
         lr = L.Learner(qwen3_5.load_hf(tiny_hf_moe_dir, mesh=mesh), cfg, mesh=mesh)
-        ms = [m for _ in range(2) for m in lr.update(batch)]
+        ms = lr.update(batch)
         runs[name] = (ms, lr.params_numpy())
     (m1, p1), (m8, p8) = runs["one"], runs["ep"]
     for a, b in zip(m1, m8):
