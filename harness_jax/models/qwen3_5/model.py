@@ -110,10 +110,10 @@ class LayerCtx:
     write_pos_BT: Optional[Array] = None     # cache path: slot of each new token (>= max_len: drop)
     valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
     num_new_B: Optional[Array] = None
-    token_mask_BT: Optional[Array] = None    # tokens the MoE router counts and dispatches (None: all)
+    token_mask_BT: Optional[Array] = None    # tokens the MoE routers count and dispatch (None: all)
     decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
-    mesh: object = struct.field(pytree_node=False, default=None)   # the model's mesh (set_mesh): shard_map paths
-    rules: object = struct.field(pytree_node=False, default=None)  # its logical-axis rules
+    mesh: Optional[jax.sharding.Mesh] = struct.field(pytree_node=False, default=None)  # the model's mesh (set_mesh)
+    rules: Optional[tuple] = struct.field(pytree_node=False, default=None)            # its logical-axis rules
 
 
 # ---------------------------------------------------------------------------------------------
