@@ -302,7 +302,7 @@ def _build_callback(reader, src: ParamSource, cfg, shape, np_dtype):
             parts = [_read_layer_tensor(reader, src, src.hf_name.format(layer=src.layers[c]), cfg, shape[1:],
                                         index[1:]) for c in sel]
             arr = np.stack(parts)
-        return np.ascontiguousarray(arr.astype(np_dtype))
+        return np.ascontiguousarray(arr.astype(np_dtype, copy=False))
     return cb
 
 
