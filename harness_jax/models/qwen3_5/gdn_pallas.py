@@ -321,6 +321,44 @@ def _bwd_kernel_loop(q_ref, k_ref, v_ref, c_ref, b_ref, r_ref, st_ref, do_ref, d
 # ---------------------------------------------------------------------------------------------
 # pallas_call wrappers
 # ---------------------------------------------------------------------------------------------
+def kernel_cost(B: int, N: int, Hk: int, T: int, A: int, E: int, L: int, mm_bytes: int, kind: str) -> dict:
+    """Analytic cost of one kernel call (what ``pl.CostEstimate`` tells XLA, and what the
+    benchmarks report; interpret mode on CPU has no meaningful cost analysis of its own).
+
+    ``kind``: "forward" (with outputs), "states" (states-only walk), "backward". FLOPs count the
+    matmuls (2 per multiply-add) of every chunk: the system ``k k^T`` and inverse (``4 L^3`` per
+    doubling level), the solve, the state read/update, and for outputs ``q k^T``, ``q S``,
+    ``(q k^T * D) u``; the backward is counted as its matmuls. Bytes: HBM traffic of the inputs
+    and outputs (q per value head in the matmul dtype, k fp32, v, the per-token scalars, states).
+    """
+    M = -(-T // L)
+    levels = max(1, (L - 1).bit_length())
+    system = 2 * L * L * A + 4 * L ** 3 * levels + 2 * L * L * (A + E)        # kk, inverse, T bv, T bk
+    state = 2 * L * A * E * 2                                                  # kcum S, k^T u
+    readout = 2 * L * L * A + 2 * L * A * E + 2 * L * L * E                   # q k^T, q S, qkd u
+    tok_in = T * (mm_bytes * A + 4 * A + mm_bytes * E + 12)                    # q, k, v, c, beta, r per value head
+    st = 4 * A * E
+    if kind == "forward":
+        flops, nbytes = system + state + readout, tok_in + T * mm_bytes * E + 2 * st
+    elif kind == "states":
+        flops, nbytes = system + state, tok_in + (M + 2) * st
+    elif kind == "backward":
+        # recompute (system, state read, q k^T, q S) + 19 gradient matmuls of the chunk
+        flops = system + 2 * L * A * E + 2 * L * L * A + 2 * L * A * E
+        flops += 2 * (6 * L * A * E + 5 * L * L * A + 4 * L * L * E + 2 * L ** 3 + L * L * (A + E))
+        nbytes = tok_in + T * (mm_bytes * E + 4 * E + 8 * A + 8) + (M + 3) * st
+    else:
+        raise ValueError(f"kernel_cost kind {kind!r}")
+    per = B * N
+    return dict(flops=float(per * M * flops),
+                transcendentals=float(per * M * (L * L + 3 * L)), bytes_accessed=float(per * nbytes))
+
+
+def _cost_estimate(B, N, Hk, T, A, E, L, mm_dtype, kind):
+    c = kernel_cost(B, N, Hk, T, A, E, L, jnp.dtype(mm_dtype).itemsize, kind)
+    return pl.CostEstimate(flops=int(c["flops"]), transcendentals=int(c["transcendentals"]),
+                           bytes_accessed=int(c["bytes_accessed"]))
+
 def _compiler_params(backend, n_parallel):
     if backend == "mosaic":
         from jax.experimental.pallas import tpu as pltpu
@@ -349,6 +387,7 @@ def _forward(q, k, v, c, b, r, s0, o, want_out, want_states):
     if want_states:
         out_shape.append(jax.ShapeDtypeStruct((B, N, M * A, E), F32))
     kw = dict(mm_dtype=o.mm_dtype, want_out=want_out, want_states=want_states)
+    cost = _cost_estimate(B, N, Hk, Tp, A, E, L, o.mm_dtype, "forward" if want_out else "states")
     if o.backend == "mosaic":
         qk_spec = pl.BlockSpec((None, None, L, A), lambda bb, n, e, m: (bb, _kv_head(n, G), m, 0))
         sc_spec = pl.BlockSpec((None, None, None, 1, L), lambda bb, n, e, m: (bb, n, m, 0, 0))
@@ -364,7 +403,8 @@ def _forward(q, k, v, c, b, r, s0, o, want_out, want_states):
         args = (q, k, v, c.reshape(B, N, M, 1, L), b.reshape(B, N, M, 1, L), r.reshape(B, M, 1, L), s0)
         call = pl.pallas_call(functools.partial(_fwd_kernel_grid, **kw), grid=(B, N, nE, M), in_specs=in_specs,
                               out_specs=out_specs, out_shape=out_shape, scratch_shapes=[_scratch((A, BE))],
-                              compiler_params=_compiler_params("mosaic", 3), interpret=o.interpret)
+                              compiler_params=_compiler_params("mosaic", 3), interpret=o.interpret,
+                              cost_estimate=cost)
     else:
         qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, _kv_head(n, G), 0, 0))
         sc_spec = pl.BlockSpec((None, None, Tp), lambda bb, n, e: (bb, n, 0))
@@ -380,7 +420,8 @@ def _forward(q, k, v, c, b, r, s0, o, want_out, want_states):
         args = (q, k, v, c, b, r, s0)
         call = pl.pallas_call(functools.partial(_fwd_kernel_loop, L=L, M=M, A=A, **kw), grid=(B, N, nE),
                               in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                              compiler_params=_compiler_params("triton", 0), interpret=o.interpret)
+                              compiler_params=_compiler_params("triton", 0), interpret=o.interpret,
+                              cost_estimate=cost)
     outs = list(call(*args))
     out = outs.pop(0) if want_out else None
     sfin = outs.pop(0)
@@ -395,6 +436,7 @@ def _backward(q, k, v, c, b, r, states, do, dsf, o):
     N, E = v.shape[1], v.shape[3]
     G, L, BE = N // Hk, o.L, o.block_e
     M, nE = Tp // L, E // BE
+    cost = _cost_estimate(B, N, Hk, Tp, A, E, L, o.mm_dtype, "backward")
     out_shape = [jax.ShapeDtypeStruct((B, N, nE, Tp, A), F32), jax.ShapeDtypeStruct((B, N, nE, Tp, A), F32),
                  jax.ShapeDtypeStruct((B, N, Tp, E), F32), jax.ShapeDtypeStruct((B, N, nE, Tp), F32),
                  jax.ShapeDtypeStruct((B, N, nE, Tp), F32), jax.ShapeDtypeStruct((B, N, A, E), F32)]
@@ -416,7 +458,7 @@ def _backward(q, k, v, c, b, r, states, do, dsf, o):
         call = pl.pallas_call(functools.partial(_bwd_kernel_grid, mm_dtype=o.mm_dtype), grid=(B, N, nE, M),
                               in_specs=in_specs, out_specs=out_specs, out_shape=shapes,
                               scratch_shapes=[_scratch((A, BE))], compiler_params=_compiler_params("mosaic", 3),
-                              interpret=o.interpret)
+                              interpret=o.interpret, cost_estimate=cost)
     else:
         qk_spec = pl.BlockSpec((None, None, Tp, A), lambda bb, n, e: (bb, _kv_head(n, G), 0, 0))
         sc_spec = pl.BlockSpec((None, None, Tp), lambda bb, n, e: (bb, n, 0))
@@ -431,7 +473,8 @@ def _backward(q, k, v, c, b, r, states, do, dsf, o):
         args = (q, k, v, c, b, r, states, do, dsf)
         call = pl.pallas_call(functools.partial(_bwd_kernel_loop, mm_dtype=o.mm_dtype, L=L, M=M, A=A),
                               grid=(B, N, nE), in_specs=in_specs, out_specs=out_specs, out_shape=shapes,
-                              compiler_params=_compiler_params("triton", 0), interpret=o.interpret)
+                              compiler_params=_compiler_params("triton", 0), interpret=o.interpret,
+                              cost_estimate=cost)
     dq, dk, dv, dc, db, ds0 = call(*args)
     return dq, dk, dv, dc.reshape(B, N, nE, Tp), db.reshape(B, N, nE, Tp), ds0
 
