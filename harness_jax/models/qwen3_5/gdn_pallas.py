@@ -19,8 +19,9 @@ Design (docs/model.md, "Pallas Gated DeltaNet"):
   the unit lower-triangular system ``(I + N)`` is inverted by the same blocked merge as the
   reference (``[[T11, 0], [-T22 N21 T11, T22]]``), written as masked full-tile matmuls
   ``T <- T - T (N * mask_s) T`` for ``s = 1, 2, 4, ...``: every intermediate is a block of the
-  inverse itself (nothing grows, no powers of N), log2(L) levels of two MXU / tensor-core
-  matmuls. GQA: the q/k block of a value head is read from its key head (no repeat in memory).
+  inverse itself (nothing grows, no powers of N); log2(L) - 1 levels of two full-tile fp32
+  matmuls (``s = 1`` needs none). Full tiles do ~20x the FLOPs of the merge's own blocks at
+  L = 64 (Triton has no static value slices; a 64-wide tile is one MXU pass). GQA: the q/k block of a value head is read from its key head (no repeat in memory).
 * **Precision.** The state is fp32, and so is everything that flows into it: the keys (passed
   L2-normalised in fp32), the chunk system ``beta k k^T``, its inverse, ``T (beta v)``,
   ``T (beta exp(c) k)``, the state read ``kcum S`` and the update ``k^T u``, all at full fp32
@@ -135,7 +136,7 @@ def _unit_lower_inverse(n_LL):
         lower_left = ((i >> lg) & 1) == 1
         upper_right = ((j >> lg) & 1) == 0
         m = jnp.where(same_pair & lower_left & upper_right, n_LL, 0.0)
-        t = t - _dot32(_dot32(t, m), t)
+        t = t - m if s == 1 else t - _dot32(_dot32(t, m), t)     # s = 1: T = I, so T M T = M
         s, lg = 2 * s, lg + 1
     return t
 
@@ -332,7 +333,7 @@ def kernel_cost(B: int, N: int, Hk: int, T: int, A: int, E: int, L: int, mm_byte
     and outputs (q per value head in the matmul dtype, k fp32, v, the per-token scalars, states).
     """
     M = -(-T // L)
-    levels = max(1, (L - 1).bit_length())
+    levels = max(0, (L - 1).bit_length() - 1)                                  # matmul levels (s = 2, 4, ...)
     system = 2 * L * L * A + 4 * L ** 3 * levels + 2 * L * L * (A + E)        # kk, inverse, T bv, T bk
     state = 2 * L * A * E * 2                                                  # kcum S, k^T u
     readout = 2 * L * L * A + 2 * L * A * E + 2 * L * L * E                   # q k^T, q S, qkd u
