@@ -126,11 +126,14 @@ def hlo(S=512, D=64, X=8, I=32, top_k=2, meshes=((2, 1, 1, 4), (1, 2, 1, 4))):
     return out
 
 
-def _old_checkpoint(ref):
+def _old_checkpoint(ref, required=True):
     try:
         src = subprocess.run(["git", "-C", ROOT, "show", f"{ref}:{CHECKPOINT}"], check=True, capture_output=True,
                              text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
+        if not required:
+            print(f"(no old row: cannot read {CHECKPOINT} at {ref}: {e})")
+            return None
         raise SystemExit(f"bench_moe: cannot read {CHECKPOINT} at --old_ref={ref} ({e}); run from a git clone")
     mod = types.ModuleType("harness_jax.models.qwen3_5._checkpoint_at_ref")
     mod.__package__ = "harness_jax.models.qwen3_5"
@@ -139,13 +142,13 @@ def _old_checkpoint(ref):
     return mod
 
 
-def checkpoint(old_ref="e28a2f8", experts=64, hidden=64, inter=32, workdir="/tmp/bench_moe_ckpt"):
+def checkpoint(old_ref="e28a2f8", experts=64, hidden=64, inter=32, workdir="/tmp/bench_moe_ckpt", required=True):
     import shutil
     import jax
     from flax import nnx
     from harness_jax.models import qwen3_5
     from harness_jax.models.qwen3_5 import checkpoint as new
-    old = _old_checkpoint(old_ref)
+    old = _old_checkpoint(old_ref, required)
     cfg = qwen3_5.presets.get("tiny_moe", num_experts=experts, num_experts_per_tok=4, hidden_size=hidden,
                               moe_intermediate_size=inter)
     model = qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
@@ -158,6 +161,8 @@ def checkpoint(old_ref="e28a2f8", experts=64, hidden=64, inter=32, workdir="/tmp
     out = []
     real = jax.device_get
     for name, mod in (("old", old), ("new", new)):
+        if mod is None:
+            continue
         d = os.path.join(workdir, name)
         shutil.rmtree(d, ignore_errors=True)
         fetched = []
@@ -244,7 +249,8 @@ def main():
     if args.smoke:
         flops(S=256, D=32, X=8, I=16, meshes=((2, 1, 1, 4),))
         hlo(S=128, D=32, X=8, I=16, meshes=((2, 1, 1, 4),))
-        checkpoint(args.old_ref, experts=8, hidden=32, inter=16)
+        import tempfile
+        checkpoint(args.old_ref, experts=8, hidden=32, inter=16, workdir=tempfile.mkdtemp(), required=False)
         print(probe_moe_block(smoke=True, repeats=1))
         return
     if "flops" in args.sections:
