@@ -198,7 +198,7 @@ def _ep_local(x_sD, w_sK, idx_sK, m_s, gu, dn, *, ep_axes, ep, gather, X, C, dis
         recv_x, recv_e = send_x, send_e
     elif dispatch == "ragged":
         sizes = jnp.minimum(counts[:ep], C).astype(jnp.int32)
-        recv_x, recv_e, recv_sizes = _ragged_exchange(send_x, send_e, sizes, ep_axes, ep, C)
+        recv_x, recv_e, recv_sizes = _ragged_exchange(send_x, send_e, sizes, ep_axes, ep, C, Xl)
     else:
         recv_x = lax.all_to_all(send_x, ep_axes, 0, 0, tiled=True)
         recv_e = lax.all_to_all(send_e, ep_axes, 0, 0, tiled=True)
@@ -213,15 +213,16 @@ def _ep_local(x_sD, w_sK, idx_sK, m_s, gu, dn, *, ep_axes, ep, gather, X, C, dis
     return _combine(y_R.astype(F32), w_sK, s).astype(x_sD.dtype), dropped[None]
 
 
-def _ragged_exchange(send_x, send_e, sizes, ep_axes, ep, C):
-    """Send ``sizes[d]`` rows starting at ``d * C`` to device d; they land at ``me * C`` there."""
+def _ragged_exchange(send_x, send_e, sizes, ep_axes, ep, C, Xl):
+    """Send ``sizes[d]`` rows starting at ``d * C`` to device d; they land at ``me * C`` there
+    (rows nobody sent keep expert id ``Xl``: no expert)."""
     me = lax.axis_index(ep_axes)
     offs = jnp.arange(ep, dtype=jnp.int32) * C
     recv_sizes = lax.all_to_all(sizes, ep_axes, 0, 0, tiled=True)
     out_offs = jnp.full((ep,), me * C, jnp.int32)
     recv_x = lax.ragged_all_to_all(send_x, jnp.zeros_like(send_x), offs, sizes, out_offs, recv_sizes,
                                    axis_name=ep_axes)
-    recv_e = lax.ragged_all_to_all(send_e, jnp.full_like(send_e, send_e.shape[0]), offs, sizes, out_offs,
+    recv_e = lax.ragged_all_to_all(send_e, jnp.full_like(send_e, Xl), offs, sizes, out_offs,
                                    recv_sizes, axis_name=ep_axes)
     return recv_x, recv_e, recv_sizes
 
@@ -268,9 +269,9 @@ def ep_experts(x_SD, w_SK, idx_SK, gate_up_XFD, down_XDI, *, mesh, rules=None, m
     gather = {"gate_up": [(a, d) for d in (1, 2) for a in _axes(gu_spec[d])],
               "down": [(a, d) for d in (1, 2) for a in _axes(dn_spec[d])]}
     tok = P(batch or None, None)
+    axis = ep_axes[0] if len(ep_axes) == 1 else (ep_axes or None)     # the all_to_all axis name(s)
     fn = jax.shard_map(
-        lambda *a: _ep_local(*a, ep_axes=ep_axes if len(ep_axes) > 1 else ep_axes[0] if ep_axes else None,
-                             ep=ep, gather=gather, X=X, C=C, dispatch=dispatch, gmm=gmm),
+        lambda *a: _ep_local(*a, ep_axes=axis, ep=ep, gather=gather, X=X, C=C, dispatch=dispatch, gmm=gmm),
         mesh=mesh, in_specs=(tok, tok, tok, P(batch or None), gu_spec, dn_spec),
         out_specs=(tok, P(batch or None)), check_vma=False)
     out, dropped = fn(x_SD, w_SK, idx_SK, mask, gate_up_XFD, down_XDI)
