@@ -2,7 +2,7 @@
 
   python benchmarks/bench_moe.py                          # flops, hlo, checkpoint
   python benchmarks/bench_moe.py --sections flops --tokens 4096
-  python benchmarks/bench_moe.py --smoke                  # tiny shapes, every section (CI)
+  python benchmarks/bench_moe.py --smoke                  # tiny shapes, every CPU section (CI)
 
 Runs on 8 fake CPU devices (it sets ``--xla_force_host_platform_device_count=8`` before jax is
 imported). CPU timings of collectives between fake devices say nothing about an accelerator, so
@@ -205,10 +205,10 @@ def checkpoint(old_ref="e28a2f8", experts=64, hidden=64, inter=32, workdir="/tmp
 # accelerator probe sections (benchmarks/accel_probe.py imports these)
 # ---------------------------------------------------------------------------------------------
 def probe_moe_block(smoke: bool = False, repeats: int = 5) -> list:
-    """Tokens/s of the routed experts, forward + backward, expert parallel against dense, on every
-    device of the default backend (one mesh with all devices on the ``expert`` axis, tokens over
-    it). Shapes: a 35B-A3B layer (D 2048, 256 experts x I 512, top 8) at 8k tokens per device, or
-    tiny ones with ``smoke``. Returns one dict per path."""
+    """Tokens/s of the routed experts, forward + backward, expert parallel (blocked and ragged_dot
+    grouped matmuls; on one device the sorted path) against dense, on the default backend's
+    devices (all on the ``expert`` axis, tokens over it). Shapes: a 35B-A3B layer (D 2048, 256
+    experts x I 512, top 8) at 8k tokens per device, or tiny ones with ``smoke``. One dict per path."""
     import jax
     import jax.numpy as jnp
     from harness_jax import sharding as shd
@@ -220,8 +220,8 @@ def probe_moe_block(smoke: bool = False, repeats: int = 5) -> list:
     x, r, gu, dn = (a.astype(jnp.bfloat16) for a in _block(S, D, X, I))
     args = _put(mesh, x, r, gu, dn)
     out = []
-    for impl in ("ep", "dense"):
-        c = _compiled(impl, mesh, "auto", 0.0, k, True, args)
+    for impl, gmm in (("ep", "blocked"), ("ep", "ragged_dot"), ("dense", "blocked")):
+        c = _compiled(impl, mesh, gmm, 0.0, k, True, args)
         jax.block_until_ready(c(*args))
         ts = []
         for _ in range(repeats):
@@ -229,8 +229,8 @@ def probe_moe_block(smoke: bool = False, repeats: int = 5) -> list:
             jax.block_until_ready(c(*args))
             ts.append(time.perf_counter() - t)
         s = float(np.median(ts))
-        out.append(dict(section="moe_block", path=impl, devices=n, tokens=S, seconds=s, tokens_per_s=S / s,
-                        platform=jax.default_backend()))
+        out.append(dict(section="moe_block", path=impl if impl == "dense" else f"{impl}/{gmm}", devices=n, tokens=S,
+                        seconds=s, tokens_per_s=S / s, platform=jax.default_backend()))
     return out
 
 
@@ -251,8 +251,7 @@ def main():
         hlo(S=128, D=32, X=8, I=16, meshes=((2, 1, 1, 4),))
         import tempfile
         checkpoint(args.old_ref, experts=8, hidden=32, inter=16, workdir=tempfile.mkdtemp(), required=False)
-        print(probe_moe_block(smoke=True, repeats=1))
-        return
+        return   # the probe section's smoke run is accel_probe.py --smoke
     if "flops" in args.sections:
         flops(S=args.tokens)
     if "hlo" in args.sections:

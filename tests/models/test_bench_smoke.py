@@ -1,6 +1,7 @@
 """``--smoke`` runs of the Gated DeltaNet and MoE benchmarks (tiny shapes, every section they
-have on CPU, plus their accelerator-probe sections), as CI runs them: the scripts work and print
-their tables. No number is asserted (benchmarks measure; tests check)."""
+have on CPU; their accelerator-probe sections run in ``accel_probe.py --smoke``,
+tests/experiments/test_accel_probe.py), as CI runs them: the scripts work and print their tables.
+No number is asserted (benchmarks measure; tests check)."""
 import os
 import subprocess
 import sys
@@ -12,9 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script,expect", [
-    ("bench_gdn.py", ["Pallas kernels (interpret mode)", "pallas fwd GFLOP", "'section': 'gdn'"]),
-    ("bench_moe.py", ["routed experts:", "collectives in the compiled", "save_hf and the expert reads",
-                      "'section': 'moe_block'"]),
+    ("bench_gdn.py", ["Pallas kernels (interpret mode)", "pallas fwd GFLOP"]),
+    ("bench_moe.py", ["routed experts:", "collectives in the compiled", "save_hf and the expert reads"]),
 ])
 def test_benchmark_smoke(script, expect):
     env = dict(os.environ, PYTHONPATH=ROOT)
