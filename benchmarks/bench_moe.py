@@ -204,6 +204,13 @@ def checkpoint(old_ref="e28a2f8", experts=64, hidden=64, inter=32, workdir="/tmp
 # ---------------------------------------------------------------------------------------------
 # accelerator probe sections (benchmarks/accel_probe.py imports these)
 # ---------------------------------------------------------------------------------------------
+def _seconds(fn, args) -> float:
+    import jax
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t
+
+
 def probe_moe_block(smoke: bool = False, repeats: int = 5) -> list:
     """Tokens/s of the routed experts, forward + backward, expert parallel (blocked and ragged_dot
     grouped matmuls; on one device the sorted path) against dense, on the default backend's
@@ -222,13 +229,8 @@ def probe_moe_block(smoke: bool = False, repeats: int = 5) -> list:
     out = []
     for impl, gmm in (("ep", "blocked"), ("ep", "ragged_dot"), ("dense", "blocked")):
         c = _compiled(impl, mesh, gmm, 0.0, k, True, args)
-        jax.block_until_ready(c(*args))
-        ts = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            jax.block_until_ready(c(*args))
-            ts.append(time.perf_counter() - t)
-        s = float(np.median(ts))
+        jax.block_until_ready(c(*args))                   # warm-up
+        s = float(np.median([_seconds(c, args) for _ in range(repeats)]))
         out.append(dict(section="moe_block", path=impl if impl == "dense" else f"{impl}/{gmm}", devices=n, tokens=S,
                         seconds=s, tokens_per_s=S / s, platform=jax.default_backend()))
     return out
