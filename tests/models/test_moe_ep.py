@@ -204,16 +204,16 @@ def test_model_on_expert_mesh_equals_one_device_and_aux_loss_equals_transformers
 
 @pytest.mark.slow
 def test_ep_learner_trains_tiny_moe_like_one_device(tiny_hf_moe_dir):
-    """A GRPO update (2 micro-batches) of the tiny MoE checkpoint with the router load-balancing
-    loss on: on a (2, 1, 1, 4) mesh (expert parallel) the same loss, gradient norm, router metrics
-    and updated parameters as on one device."""
+    """A GRPO update of the tiny MoE checkpoint (2 optimizer steps of 2 micro-batches each) with
+    the router load-balancing loss on: on a (2, 1, 1, 4) mesh (expert parallel) the same losses,
+    gradient norms, router metrics and updated parameters as on one device."""
     from tests.rl.helpers import random_segments
 
-    cfg = L.LearnerConfig(num_micro_batches=2, shuffle=False, router_aux_coef=0.001,
+    cfg = L.LearnerConfig(num_micro_batches=2, num_mini_batches=2, shuffle=False, router_aux_coef=0.001,
                           opt=L.OptimizerConfig(learning_rate=1e-3, eps=1e-5),
                           loss=losses.PolicyLossConfig(agg="token_mean"))
     segs = random_segments(0, n=16, vocab=512)
-    batch = rlbatch.pack_segments(segs, rlbatch.PackConfig(buckets=(32,), row_multiple=16, min_rows=16))
+    batch = rlbatch.pack_segments(segs, rlbatch.PackConfig(buckets=(32,), row_multiple=32, min_rows=32))
     runs = {}
     for name, mesh in (("one", shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1])),
                        ("ep", shd.make_mesh((2, 1, 1, 4)))):
@@ -221,6 +221,7 @@ def test_ep_learner_trains_tiny_moe_like_one_device(tiny_hf_moe_dir):
         ms = lr.update(batch)
         runs[name] = (ms, lr.params_numpy())
     (m1, p1), (m8, p8) = runs["one"], runs["ep"]
+    assert len(m1) == len(m8) == 2                    # two optimizer steps (mini-batches)
     for a, b in zip(m1, m8):
         assert b["moe/load_balancing_loss"] > 0 and b["moe/dropped_frac"] == 0.0
         for k in ("loss", "grad_norm", "moe/load_balancing_loss", "max/moe/expert_load"):
