@@ -258,6 +258,7 @@ class PolicyLossConfig:
     kl_type: str = "k3"
     kl_clamp: Optional[float] = 10.0
     entropy_coef: float = 0.0
+    neg_adv_weight: float = 1.0            # negative advantages are multiplied by this (1 = plain GRPO)
 
     def __post_init__(self):
         def bad(f, m):
@@ -282,6 +283,8 @@ class PolicyLossConfig:
             bad("tis_low", f"[{self.tis_low}, {self.tis_high}] must satisfy 0 <= tis_low <= tis_high")
         if self.norm_constant <= 0:
             bad("norm_constant", f"{self.norm_constant} must be > 0")
+        if not 0 <= self.neg_adv_weight <= 1:
+            bad("neg_adv_weight", f"{self.neg_adv_weight} must be in [0, 1] (1 = plain GRPO)")
 
 
 def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg: PolicyLossConfig,
@@ -299,6 +302,8 @@ def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg
     adv = jnp.asarray(adv_B, f32)
     adv_BT = adv[:, None] if adv.ndim == 1 else adv
     adv_BT = jnp.broadcast_to(adv_BT, mask_BT.shape)
+    if cfg.neg_adv_weight != 1.0:           # damp the failure side of the gradient
+        adv_BT = jnp.where(adv_BT < 0, cfg.neg_adv_weight * adv_BT, adv_BT)
 
     log_ratio_BT = logp_BT - old_logp_BT
     ratio_BT = _exp_clipped(log_ratio_BT)

@@ -123,26 +123,28 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None,
         tis_mode=rl.tis_mode, tis_cap=rl.tis_cap, tis_low=rl.tis_low, tis_high=rl.tis_high, agg=rl.agg,
         norm_constant=rl.norm_constant, kl_coef=rl.kl_coef, kl_type=rl.kl_estimator, kl_clamp=rl.kl_clamp,
-        entropy_coef=rl.entropy_coef)
+        entropy_coef=rl.entropy_coef, neg_adv_weight=rl.neg_adv_weight)
     opt = _optimizer(config, lr=config.opt.lr, schedule=config.opt.schedule, warmup_steps=config.opt.warmup_steps,
                      total_steps=config.num_steps * rl.epochs * rl.mini_batches)
     return LearnerConfig(mode="grpo", loss=loss, opt=opt, num_micro_batches=rl.micro_batches,
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
                          temperature=config.rollout.temperature, peak_flops_per_device=peak_flops,
-                         seed=config.seed, router_aux_coef=router_aux)
+                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, seed=config.seed,
+                         router_aux_coef=router_aux)
 
 
 def pack_config(config, row_multiple: int):
     """Row lengths: ``rl.pack_buckets`` below ``rl.pack_len``, and ``pack_len``; the row count a
     multiple of ``row_multiple`` (the learner's ``row_multiple``: mini x micro batches x the
-    devices of its batch sharding)."""
+    devices of its batch sharding), rounded up to a row bucket (``rl.batch.row_bucket``: few
+    compiled shapes)."""
     from harness_jax.rl.batch import PackConfig
 
     top = int(config.rl.pack_len)
     buckets = sorted({int(b) for b in config.rl.pack_buckets if b < top} | {top})
     return PackConfig(buckets=tuple(buckets), overlong="split", row_multiple=int(row_multiple),
-                      pad_id=int(config.rl.pad_token_id))
+                      pad_id=int(config.rl.pad_token_id), round_rows=True)
 
 
 def sft_config(config, num_examples: int, row_multiple: int):
