@@ -18,14 +18,16 @@ and with ``pool_configs`` (``--pool_configs``) rows are made by the row paths al
 ``name`` when the runs' names differ, the swept paths, or ``--rows``) and a cell may pool runs whose
 configs differ, said in its notes.
 
-The row label names what tells the rows apart: the config ``name`` when the runs' names differ,
-the swept paths whose values differ (``--rows`` replaces both), then, while two runs of one
+The row label names what tells the rows apart: the config ``name`` when it tells runs of one
+benchmark apart, then each swept path that tells apart runs the paths before it did not
+(``--rows`` replaces both; the benchmark is a column, never a label), then, while two runs of one
 benchmark with different configs would still share a label, the config path that splits the most
 of them (shown as its shortest unambiguous dotted suffix of at least two parts: ``lr=`` would say
 too little, ``opt.lr=0.001``). A section one config has and another lacks is named by its leaves
 when it has at most three (``r1.k=8`` / ``r1.k=unset``), else whole (``harness_s=set`` /
 ``harness_s=unset``). A run that recorded no config cannot be compared with another: it gets a
-row of its own (``<run> (no config)``) unless configs are pooled.
+row of its own (``<run> (no config)``) unless configs are pooled. With no path in the label
+(one row), the label is the runs' config name(s).
 """
 from __future__ import annotations
 
@@ -168,17 +170,26 @@ def signature(run: Run, ignored: Sequence[str]) -> str:
     return json.dumps(_strip(run.config, ignored), sort_keys=True, default=str)
 
 
-def auto_keys(runs: Sequence[Run], ignored: Sequence[str]) -> list[str]:
-    """``name`` when the runs' config names differ, then the swept paths whose values differ
-    across the runs (not ``ignored``), in first-seen order."""
-    keys: list[str] = []
+def auto_keys(runs: Sequence[Run], ignored: Sequence[str], benchmark_key: str = "env.name") -> list[str]:
+    """``name``, then the swept paths (not ``ignored``, not the benchmark), each kept when it tells
+    apart runs of one benchmark that the paths before it did not (a path that only repeats what
+    the name says, or that only follows the benchmark, makes no label longer)."""
+    cands = ["name"]
     for r in runs:
         for k in r.overrides:
-            if not covers(ignored, k) and k not in keys:
-                keys.append(k)
-    varying = [k for k in keys if len({repr(value(r, k)) for r in runs}) > 1]
-    names = {r.config.get("name") for r in runs if r.config}
-    return (["name"] if len(names) > 1 and not covers(ignored, "name") else []) + varying
+            if k not in cands:
+                cands.append(k)
+    keys: list[str] = []
+    for k in cands:
+        if covers(ignored, k) or k == benchmark_key:
+            continue
+        if _buckets(runs, keys + [k], benchmark_key) > _buckets(runs, keys, benchmark_key):
+            keys.append(k)
+    return keys
+
+
+def _buckets(runs: Sequence[Run], keys: Sequence[str], benchmark_key: str) -> int:
+    return len({(benchmark_of(r, benchmark_key), _tuple(r, keys)) for r in runs if r.config})
 
 
 def _tuple(run: Run, keys: Sequence[str]) -> tuple:
@@ -242,16 +253,18 @@ def plan(runs: Sequence[Run], row_keys: Optional[Sequence[str]] = None, seed_key
                               "(e.g. --pool_over=rl.num_steps,opt.lr)")
     seeds = seed_paths(runs, seed_keys)
     ignored = seeds + pool_over
-    keys = list(row_keys) if row_keys is not None else auto_keys(runs, ignored)
+    keys = list(row_keys) if row_keys is not None else auto_keys(runs, ignored, benchmark_key)
     if not pool_configs:
         keys = _split_keys(runs, keys, ignored, benchmark_key)
     short = short_names(keys)
+    names = list(dict.fromkeys(str(r.config["name"]) for r in runs if r.config.get("name")))
+    one_row = " / ".join(names) or "all runs"      # no path tells the runs apart
     labels = {}
     for r in runs:
         if not r.config and not pool_configs:
             labels[r.name] = f"{r.name} (no config)"
             continue
         parts = [value_text(value(r, k)) if k == "name" else f"{short[k]}={value_text(value(r, k))}" for k in keys]
-        labels[r.name] = ", ".join(parts) if parts else (r.config.get("name") or "all runs")
+        labels[r.name] = ", ".join(parts) if parts else one_row
     return Grouping(keys=keys, seeds=seeds, pool_over=pool_over, pool_configs=pool_configs,
                     benchmark_key=benchmark_key, labels=labels)
