@@ -7,9 +7,11 @@ Markdown / CSV / JSON / LaTeX tables.
     paths = report.write_report(runs, tables, "/tmp/sweep/report")   # what launch/tables.py does
 
 Curves: one figure per ``metrics.jsonl`` key (``DEFAULT_CURVES`` that the runs logged, or the
-keys asked for), one line per table row and benchmark: the mean over its finished runs at each
-step logged by any of them, a ±std band where at least two runs logged the step, and ``n`` in
-the legend. Only records holding the key are used (SFT and GRPO steps share ``step``).
+keys asked for), one line per table row and benchmark (``rows.plan``: runs of different configs
+never share a line unless pooled on request, then the title says over what): the mean over its
+finished runs at each step logged by any of them, a ±std band where at least two runs logged the
+step, and ``n`` in the legend. Only records holding the key are used (SFT and GRPO steps share
+``step``).
 """
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ def group_curves(groups: dict, key: str) -> list[dict]:
     return out
 
 
-def plot_curves(groups: dict, key: str, path_stem: str) -> Optional[list[str]]:
+def plot_curves(groups: dict, key: str, path_stem: str, pooled: str = "") -> Optional[list[str]]:
+    """One line per group; ``pooled`` (what the rows pool besides seeds) goes in the title."""
     curves = group_curves(groups, key)
     if not curves:
         return None
@@ -89,7 +92,8 @@ def plot_curves(groups: dict, key: str, path_stem: str) -> Optional[list[str]]:
             ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
-    ax.set_title(f"{key}: mean ± std over seeds")
+    ax.set_title(f"{key}: mean ± std over seeds" + (f"\n(pooled over {pooled}, as asked)" if pooled else ""),
+                 fontsize=10 if pooled else None)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path_stem)
@@ -201,11 +205,12 @@ def _safe(name: str) -> str:
 
 
 def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence[str] = (),
-               progress: Optional[Callable[[Iterable], Iterable]] = None) -> list[tuple[str, str]]:
-    """[(title, png path)] of every plot written under ``out_dir/plots``."""
+               progress: Optional[Callable[[Iterable], Iterable]] = None, pooled: str = "") -> list[tuple[str, str]]:
+    """[(title, png path)] of every plot written under ``out_dir/plots`` (``pooled``: what the
+    groups pool besides seeds, said in the curves' titles)."""
     wrap = progress or (lambda it: it)
     plot_dir = os.path.join(out_dir, "plots")
-    jobs = [(f"training curve: {k}", lambda k=k: plot_curves(groups, k, os.path.join(plot_dir, "curve_" + _safe(k))))
+    jobs = [(f"training curve: {k}", lambda k=k: plot_curves(groups, k, os.path.join(plot_dir, "curve_" + _safe(k)), pooled))
             for k in curve_keys(runs, curves)]
     jobs += [(f"sibling complementarity: {os.path.basename(p)}",
               lambda p=p: plot_complementarity(p, os.path.join(plot_dir, "complementarity_" + _safe(os.path.basename(p)))))
@@ -304,7 +309,8 @@ def write_report(runs: Sequence[Run], tables_: Sequence[tables_lib.Table], out_d
         out[kind] = os.path.join(out_dir, f"tables.{kind}")
         with open(out[kind], "w", encoding="utf-8") as f:
             f.write(text)
-    made = make_plots(runs, g.groups(runs, split_benchmarks=True), out_dir, curves, progress) if plots else []
+    pooled = "configs" if g.pool_configs else ", ".join(g.pool_over)
+    made = make_plots(runs, g.groups(runs, split_benchmarks=True), out_dir, curves, progress, pooled) if plots else []
     out["plots"] = [p for _, p in made]
     out["html"] = os.path.join(out_dir, "report.html")
     with open(out["html"], "w", encoding="utf-8") as f:
