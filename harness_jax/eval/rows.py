@@ -37,6 +37,7 @@ import json
 from typing import Any, Optional, Sequence
 
 from harness_jax.eval.runs import Run, TablesError, config_get
+from harness_jax.sweeps.hyper import short_keys
 from harness_jax.sweeps.spec import config_diff
 
 UNSET = object()            # a path the run's config does not have
@@ -83,22 +84,6 @@ def _strip(config: dict, paths: Sequence[str]) -> dict:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict):
             node.pop(parts[-1], None)
-    return out
-
-
-def short_names(keys: Sequence[str]) -> dict:
-    """Each path as its shortest dotted suffix of at least two parts (the whole path when it has
-    fewer) that no other key ends with."""
-    out = {}
-    for k in keys:
-        parts = k.split(".")
-        for n in range(min(2, len(parts)), len(parts) + 1):
-            cand = ".".join(parts[-n:])
-            if all(o == k or not (o == cand or o.endswith("." + cand)) for o in keys):
-                out[k] = cand
-                break
-        else:
-            out[k] = k
     return out
 
 
@@ -256,7 +241,7 @@ def plan(runs: Sequence[Run], row_keys: Optional[Sequence[str]] = None, seed_key
     keys = list(row_keys) if row_keys is not None else auto_keys(runs, ignored, benchmark_key)
     if not pool_configs:
         keys = _split_keys(runs, keys, ignored, benchmark_key)
-    short = short_names(keys)
+    short = short_keys(keys, min_parts=2)
     names = list(dict.fromkeys(str(r.config["name"]) for r in runs if r.config.get("name")))
     one_row = " / ".join(names) or "all runs"      # no path tells the runs apart
     labels = {}
