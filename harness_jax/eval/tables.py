@@ -312,6 +312,8 @@ def build(runs: Sequence[Run], specs: Sequence[TableSpec], grouping: Optional[ro
     for spec in specs:
         rows, cells = [], {}
         for label, members in groups.items():
+            if not any(r.done or r.config for r in members):
+                continue        # unfinished runs that recorded no config: in the runs list only
             for arm in spec.arms or [None]:
                 row = label if arm is None else (arm.label if len(groups) == 1 else f"{label}: {arm.label}")
                 rows.append(row)

@@ -160,6 +160,8 @@ def test_same_name_split_by_what_differs_and_no_config_kept_apart(plain_dir, con
         _outputs(path, "harness_s", seed, 8)
     os.makedirs(tmp_path / "old")
     _outputs(str(tmp_path / "old"), "harness_s", 0, 4)
+    os.makedirs(tmp_path / "dead")             # started, no config, never finished: listed, no row
+    open(tmp_path / "dead" / "metrics.jsonl", "w").write('{"step": 1, "rollout/success_rate": 0.1}\n')
     res = report.generate([plain_dir, str(tmp_path)], str(tmp_path / "out"), plots=False)
     main = res["tables"][0]
     assert main.rows == ["grpo_only, num_steps=6", "harness_s, num_steps=4", "harness_s, num_steps=8", "old (no config)"]
@@ -167,6 +169,7 @@ def test_same_name_split_by_what_differs_and_no_config_kept_apart(plain_dir, con
     assert main.cells[("harness_s, num_steps=8", "dbbench", "final/success_rate")].n == 2
     assert main.cells[("old (no config)", "?", "final/success_rate")].n == 1
     assert "| old | old (no config) | ? | ? (no config) | done |" in res["markdown"]
+    assert "| dead | dead (no config) | ? | ? (no config) | incomplete |" in res["markdown"]
 
 
 def _run(name, config, overrides=None):
