@@ -35,7 +35,6 @@ import dataclasses
 import difflib
 import io
 import json
-import math
 import re
 from typing import Optional, Sequence
 
