@@ -425,8 +425,13 @@ class _AsyncProducer:
 
 # ---------------------------------------------------------------------------------------------
 def train(config, workdir, **kw) -> dict:
-    """Build, run and close one training run (the launcher's entry point)."""
+    """Build, run and close one training run (the launcher's entry point); the resolved config is
+    written to ``<workdir>/config.json`` (what launch/tables.py reads a run's benchmark, seed and
+    row from)."""
     trainer = Trainer(config, workdir, **kw)
+    to_json = getattr(config, "to_json_best_effort", None)   # a ConfigDict (not a test's observer of one)
+    if to_json is not None:
+        workdir_lib.write_json(trainer.ctx.paths.root / "config.json", json.loads(to_json(sort_keys=True)))
     try:
         return trainer.run()
     finally:
