@@ -177,6 +177,9 @@ def _check_model(config, bad, check_paths):
         bad("model.preset", m.preset, "unknown model preset",
             f"use one of {', '.join(qwen3_5.presets.names())} or set --config.model.hf_path")
         return
+    if m.arch.moe_dispatch == "ragged" and config.mesh.platform == "cpu":
+        bad("model.arch.moe_dispatch", m.arch.moe_dispatch, "ragged_all_to_all is not implemented by XLA:CPU",
+            "use --config.model.arch.moe_dispatch=all_to_all on CPU (ragged needs mesh.platform tpu or gpu)")
     if m.hf_path and not check_paths:
         return
     try:
@@ -398,6 +401,8 @@ def _check_rl(config, bad):
         bad("rl.kl_coef", rl.kl_coef, "must be >= 0", "0 turns the KL term off")
     if not rl.kl_clamp > 0:
         bad("rl.kl_clamp", rl.kl_clamp, "must be > 0", "e.g. 10.0")
+    if not 0 <= rl.neg_adv_weight <= 1:
+        bad("rl.neg_adv_weight", rl.neg_adv_weight, "must be in [0, 1]", "1 = plain GRPO, e.g. 0.5 damps failures")
     if rl.adv_eps <= 0:
         bad("rl.adv_eps", rl.adv_eps, "must be > 0 (it guards the division by the group std)", "e.g. 1e-6")
     _int_at_least(bad, "rl.epochs", rl.epochs, 1)

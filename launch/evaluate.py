@@ -7,6 +7,16 @@
 (the parameters of its latest checkpoint; no optimizer state is read). ``--split=test`` is allowed here only (the test split is sealed for
 training). Writes a results JSON (success, Pass@k, Avg@k, per-category) for table regeneration.
 
+Paired comparison of two policies (issue 25): ``--baseline=`` a second checkpoint, evaluated on the
+same tasks with the same random numbers (attempt j of a task always samples with the seeds of
+(task, j)), or a results file (an ``eval_*.json``, or a training ``summary.json#<tag>`` such as
+``summary.json#after_sft``); ``--checkpoint`` may be a results file too. The JSON then has
+``paired``: Avg@k and greedy success of checkpoint minus baseline, mean over tasks, with a
+bootstrap 95% interval over tasks::
+
+    python launch/evaluate.py --config=experiments/configs/cpu_learnable.py --workdir=/tmp/cmp \
+        --checkpoint=/tmp/run/hf_final --baseline=/tmp/sft/hf_final
+
 ``--routing=rank1`` (Harness-S configs): one harness per task from the sibling pool (H0 included),
 chosen by the router before any rollout, against H0 alone; writes ``eval_<split>_rank1.json``
 (schema ``harness-s-rank1-v1``, docs/harness_s.md). ``--pool`` overrides ``harness_s.pool``.
@@ -32,6 +42,8 @@ _OUT = flags.DEFINE_string("out", "", "results JSON path ('' = <workdir>/eval_<s
 _ROUTING = flags.DEFINE_enum("routing", "h0", ["h0", "rank1"], "h0: one harness for every task; "
                              "rank1: Harness-S Rank-1 routing over the pool (and H0 for comparison)")
 _POOL = flags.DEFINE_string("pool", "", "--routing=rank1: pool file ('' = config.harness_s.pool)")
+_BASELINE = flags.DEFINE_string("baseline", "", "a second checkpoint or results file (eval JSON, "
+                                "summary.json#tag): paired difference with a bootstrap interval over tasks")
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags()
 
@@ -50,14 +62,16 @@ def main(argv):
     else:
         tasks = builders.load_tasks(config, _SPLIT.value, n)
     if _ROUTING.value == "rank1":
+        if _BASELINE.value:
+            raise app.UsageError("--baseline compares two policies under H0; use --routing=h0")
         from harness_jax.harness_s import rank1
         res = rank1.rank1_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value, k=_K.value,
                                split=_SPLIT.value, pool_path=_POOL.value, out=_OUT.value)
     else:
         res = evaluation.evaluate_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value,
                                        split=_SPLIT.value, harness=_HARNESS.value, k=_K.value,
-                                       out=_OUT.value)
-    logging.info("results: %s", res)
+                                       out=_OUT.value, baseline=_BASELINE.value)
+    logging.info("results: %s", {k: v for k, v in res.items() if k != "per_task"})
 
 
 if __name__ == "__main__":

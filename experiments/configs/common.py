@@ -116,6 +116,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.kl_estimator = "k3"              # KL estimator (rl.losses.KL_ESTIMATORS): "k1" | "k2" | "k3"
     c.rl.kl_clamp = 10.0                  # per-token KL estimate clamped to [-kl_clamp, kl_clamp]
     c.rl.entropy_coef = 0.0               # entropy bonus
+    c.rl.router_aux_loss = True           # MoE models: add router_aux_loss_coef (from the model config; Qwen3.5: 0.001) x the router load-balancing loss
+    c.rl.neg_adv_weight = 1.0             # multiplies negative advantages (1 = plain GRPO; < 1 damps the failure side of the gradient)
+    c.rl.reference_kl = True              # keep the policy RL starts from to log learner/kl_to_ref (one parameter copy, one forward per update)
+    c.rl.log_entropy = True               # log the policy's token entropy (learner/entropy; one more pass over the vocabulary)
     c.rl.epochs = 1                       # passes over each rollout batch
     c.rl.mini_batches = 1                 # optimizer steps per epoch
     c.rl.micro_batches = 1                # gradient accumulation inside a mini-batch
@@ -172,6 +176,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval.k = 1                          # attempts per task (Pass@k / Avg@k)
     c.eval.temperature = 0.0              # 0 = greedy (k must be 1 then); > 0 for Pass@k with k > 1
     c.eval.at_start = True                # evaluate before training starts (before the SFT warm start when enabled)
+    c.eval.greedy = True                  # also one greedy attempt per task (greedy_success beside Avg@k)
 
     # ---------------------------------------------------------------- logging
     c.log = ml_collections.ConfigDict()

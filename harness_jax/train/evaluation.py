@@ -16,17 +16,28 @@ from typing import Any, Sequence
 from absl import logging
 
 
+# Every evaluation samples attempt j of a task with seeds keyed by (EVAL_SAMPLING_SEED, task id, j,
+# turn): never by the run, its seed, the evaluation's tag or the task's place in the list. Two
+# evaluations of the same policy therefore give the same per-task outcomes, and two policies are
+# compared on the same random numbers (a paired comparison, ``compare_results``).
+EVAL_SAMPLING_SEED = 10_007
+SAMPLING_KEYS = "task_id#attempt"      # recorded in every results dict; pairing checks it
+
+
 def run_attempts(runner, tasks: Sequence, harness, *, k: int, temperature: float, tag: str,
                  progress: str = "off") -> list:
     """``k`` episodes per task (a list per task, in order) under ``harness`` (a spec or a Sibling,
-    or a callable ``task -> harness`` choosing one per task), with a progress bar over tasks."""
+    or a callable ``task -> harness`` choosing one per task), with a progress bar over tasks.
+    Attempt ``j`` of a task samples with the seeds of ``(task id, j)`` (module constants), so
+    the outcome of an attempt depends on the policy and the harness only."""
     from harness_jax.train import telemetry
 
     bar = telemetry.Progress(len(tasks), 0, progress, desc=tag)
 
     async def one(i, task):
         h = harness(task) if callable(harness) else harness
-        eps = await runner.run(task, h, k, f"{tag}-{i}", seed=10_000 + i, temperature=temperature)
+        eps = await runner.run(task, h, k, f"{tag}-{i}", seed=EVAL_SAMPLING_SEED, temperature=temperature,
+                               sampling_key=task.task_id)
         bar.update(1)
         return eps
 
@@ -40,20 +51,35 @@ def run_attempts(runner, tasks: Sequence, harness, *, k: int, temperature: float
 
 
 def evaluate_tasks(runner, tasks: Sequence, harness, *, k: int = 1, temperature: float = 0.0,
-                   tag: str = "eval", progress: str = "off") -> dict:
-    """Runs ``k`` attempts per task; returns success rate, pass@k / avg@k for k in {1, k}."""
+                   tag: str = "eval", progress: str = "off", greedy: bool = False) -> dict:
+    """Runs ``k`` attempts per task; returns success rate, pass@k / avg@k for k in {1, k} and the
+    per-task outcomes. ``greedy``: also one greedy attempt per task (``greedy_success``; when
+    the attempts are greedy already, the first attempt is it)."""
     if k > 1 and temperature == 0:
         raise ValueError("evaluate_tasks: k > 1 attempts need temperature > 0 (greedy attempts are identical)")
     t0 = time.perf_counter()
     per_task = run_attempts(runner, tasks, harness, k=k, temperature=temperature, tag=tag, progress=progress)
-    out = summarize_attempts(tasks, per_task, k)
-    out["time_s"] = time.perf_counter() - t0
+    greedy_per_task = None
+    if greedy:
+        greedy_per_task = (per_task if temperature == 0 else
+                           run_attempts(runner, tasks, harness, k=1, temperature=0.0, tag=f"{tag}-greedy",
+                                        progress=progress))
+    out = summarize_attempts(tasks, per_task, k, greedy_per_task)
+    out.update(temperature=float(temperature), time_s=time.perf_counter() - t0)
     return out
 
 
-def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
+def _outcome(e):
+    """1/0 for a scored attempt, None for an infrastructure error (never scored)."""
+    return None if e.infra_error else int(bool(e.success))
+
+
+def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int, greedy_per_task: Sequence = None) -> dict:
     """Success rate, score, pass@k / avg@k for k in {1, k}, per category, turns and
-    infrastructure errors of ``k`` attempts per task (infrastructure errors are not scored)."""
+    infrastructure errors of ``k`` attempts per task (infrastructure errors are not scored);
+    ``greedy_success`` from ``greedy_per_task`` (one greedy attempt per task) when given;
+    ``per_task``: each task's id, category and outcomes (``attempts``: 1/0, None = infrastructure
+    error; ``greedy``), what paired comparisons and tables bootstrap over."""
     from harness_jax.eval import metrics
 
     records = []
@@ -69,12 +95,90 @@ def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
            "success_rate": summ.success_rate, "score": summ.score,
            "per_category": summ.per_category,
            "turns_mean": (sum(r["turns"] for r in records) / len(records)) if records else 0.0,
-           "infra_errors": sum(e.infra_error for eps in per_task for e in eps)}
+           "infra_errors": sum(e.infra_error for eps in per_task for e in eps),
+           "k": int(k), "sampling_seed": EVAL_SAMPLING_SEED, "sampling_keys": SAMPLING_KEYS}
     for kk, v in summ.pass_at.items():
         out[f"pass@{kk}"] = v
     for kk, v in summ.avg_at.items():
         out[f"avg@{kk}"] = v
+    rows = [{"task_id": t.task_id, "category": t.category, "attempts": [_outcome(e) for e in eps]}
+            for t, eps in zip(tasks, per_task)]
+    if greedy_per_task is not None:
+        scored = []
+        for row, eps in zip(rows, greedy_per_task):
+            row["greedy"] = _outcome(eps[0]) if eps else None
+            if row["greedy"] is not None:
+                scored.append(row["greedy"])
+        out["greedy_success"] = metrics.success_rate(scored)
+    out["per_task"] = rows
     return out
+
+
+def per_task_values(res: dict, metric: str) -> dict:
+    """``{task_id: value}`` of one results dict: ``metric`` ``"avg@k"`` (the mean of the task's
+    scored attempts) or ``"greedy_success"`` (its greedy outcome); tasks without a scored
+    outcome are left out."""
+    if "per_task" not in res:
+        raise ValueError("results without per-task outcomes (written before they were recorded); "
+                         "evaluate the policy again")
+    out = {}
+    for row in res["per_task"]:
+        if metric == "greedy_success":
+            v = row.get("greedy")
+            if v is not None:
+                out[row["task_id"]] = float(v)
+        else:
+            att = [a for a in row.get("attempts", []) if a is not None]
+            if att:
+                out[row["task_id"]] = sum(att) / len(att)
+    return out
+
+
+def compare_results(res: dict, baseline: dict, *, samples: int = 10_000, level: float = 0.95) -> dict:
+    """Paired comparison of two results dicts over the tasks both scored: for Avg@k and, when
+    both have it, greedy success, the mean per-task difference ``res - baseline`` with its
+    bootstrap interval over tasks (``eval.metrics.paired_bootstrap``). Both must come from the
+    same sampling (keys, seed, k, temperature), else the pairing would be meaningless."""
+    from harness_jax.eval.metrics import paired_bootstrap
+
+    for f in ("sampling_keys", "sampling_seed", "k", "temperature"):
+        if res.get(f) != baseline.get(f):
+            raise ValueError(f"compare_results: the results differ in {f!r} ({res.get(f)!r} vs "
+                             f"{baseline.get(f)!r}); evaluate both with the same settings")
+    k = int(res["k"])
+    out = {"level": level, "samples": samples}
+    for metric, name in ((f"avg@{k}", f"avg@{k}"), ("greedy_success", "greedy_success")):
+        if metric == "greedy_success" and not ("greedy_success" in res and "greedy_success" in baseline):
+            continue
+        a, b = per_task_values(res, metric), per_task_values(baseline, metric)
+        ids = [t for t in a if t in b]
+        if not ids:
+            raise ValueError("compare_results: the two results share no scored task")
+        r = paired_bootstrap([a[t] for t in ids], [b[t] for t in ids], samples=samples, level=level)
+        r["unpaired_tasks"] = len(set(a) ^ set(b))
+        out[name] = r
+    return out
+
+
+def load_results(path: str) -> dict:
+    """A results dict from ``path``: an evaluation JSON (``launch/evaluate.py``), or a training
+    ``summary.json`` with ``#<tag>`` (e.g. ``summary.json#start``; without a tag, its last
+    evaluation)."""
+    import json
+
+    from harness_jax.paths import resolve
+
+    file, _, tag = str(path).partition("#")
+    d = json.loads(resolve(file).read_text())
+    if "per_task" in d and not tag:
+        return d
+    evals = d.get("eval") if isinstance(d, dict) else None
+    if not evals:
+        raise ValueError(f"{path}: neither an evaluation JSON nor a training summary with evaluations")
+    picked = [e for e in evals if not tag or e.get("tag") == tag]
+    if not picked:
+        raise ValueError(f"{path}: no evaluation tagged {tag!r}; tags: {[e.get('tag') for e in evals]}")
+    return picked[-1]
 
 
 def policy_model(config, checkpoint: str, mesh, rules):
@@ -158,28 +262,61 @@ def eval_temperature(config, k: int) -> float:
 
 
 def evaluate_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", harness: str = "",
-                  k: int = 0, split: str = "selection", out: str = "") -> dict:
+                  k: int = 0, split: str = "selection", out: str = "", baseline: str = "") -> dict:
     """Loads a policy (``policy_model``), evaluates it on ``tasks`` under ``harness`` (a spec file
-    or registered name; '' = ``harness.spec``) and writes a results JSON. Returns the results."""
+    or registered name; '' = ``harness.spec``) and writes a results JSON. Returns the results.
+
+    ``baseline``: a second policy (a checkpoint, evaluated the same way on the same tasks and
+    random numbers) or a results file (``load_results``); the results then carry the baseline's
+    summary and ``paired``, the per-task differences of Avg@k and greedy success with their
+    bootstrap intervals (``compare_results``). ``checkpoint`` may be a results file too (then
+    nothing is evaluated for it)."""
     from harness_jax import config_validation
     from harness_jax.paths import resolve
-    from harness_jax.train import rollout, workdir as workdir_lib
+    from harness_jax.train import workdir as workdir_lib
 
     config_validation.validate(config, allow_test_split=True)
     k = int(k or config.eval.k)
+    res = _results(config, workdir, checkpoint, tasks=tasks, harness=harness, k=k, split=split, tag=f"eval-{split}")
+    if baseline:
+        base = _results(config, workdir, baseline, tasks=tasks, harness=harness, k=k, split=split,
+                        tag=f"eval-{split}-baseline")
+        res["paired"] = compare_results(res, base)
+        res["baseline"] = {f: v for f, v in base.items() if f != "per_task"}
+        for metric, p in res["paired"].items():
+            if isinstance(p, dict):
+                logging.info("paired %s over %d tasks: %.4f - %.4f = %+.4f [%.4f, %+.4f] (%d%% interval)%s",
+                             metric, p["n_tasks"], p["a"], p["b"], p["diff"], p["ci_low"], p["ci_high"],
+                             round(100 * p["level"]), " excludes 0" if p["significant"] else "")
+    path = resolve(out) if out else resolve(workdir) / f"eval_{split}.json"
+    workdir_lib.write_json(path, res)
+    logging.info("wrote %s", path)
+    return res
+
+
+def is_results_file(path: str) -> bool:
+    """A results JSON (``name.json`` or ``summary.json#tag``), not a checkpoint."""
+    return str(path).partition("#")[0].endswith(".json")
+
+
+def _results(config, workdir, checkpoint: str, *, tasks, harness: str, k: int, split: str, tag: str) -> dict:
+    """The results of ``checkpoint``: read from a results file, or evaluated."""
+    from harness_jax.train import rollout
+
+    if checkpoint and is_results_file(checkpoint):
+        res = load_results(checkpoint)
+        res.setdefault("policy", f"results:{checkpoint}")
+        return res
     temperature = eval_temperature(config, k)
     pr = policy_runner(config, workdir, checkpoint=checkpoint)
     h = rollout.base_harness(config, spec=harness or None)
     try:
-        res = evaluate_tasks(pr.runner, tasks, h, k=k, temperature=temperature, tag=f"eval-{split}",
-                             progress=config.log.progress_bar)
+        res = evaluate_tasks(pr.runner, tasks, h, k=k, temperature=temperature, tag=tag,
+                             progress=config.log.progress_bar, greedy=bool(config.eval.greedy))
     finally:
         pr.close()
-    res.update(split=split, k=k, temperature=temperature, policy=pr.policy, harness=harness or config.harness.spec or "H0",
+    res.update(split=split, policy=pr.policy, harness=harness or config.harness.spec or "H0",
                env=config.env.name, config_name=config.name)
-    path = resolve(out) if out else pr.paths.root / f"eval_{split}.json"
-    workdir_lib.write_json(path, res)
-    logging.info("wrote %s", path)
     return res
 
 

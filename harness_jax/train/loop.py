@@ -120,6 +120,7 @@ class Trainer:
     # ============================================================ learner side
     def _train_on(self, batch: Batch, timer: telemetry.PhaseTimer) -> dict:
         from harness_jax.rl.batch import pack_segments
+        from harness_jax.rl.learner import summarize_update
 
         c, learner = self.config, self.ctx.learner
         adv = groups_lib.compute_advantages(batch.groups, eps=c.rl.adv_eps, scale=c.rl.adv_scale,
@@ -131,12 +132,13 @@ class Trainer:
         if segments:
             tb = pack_segments(segments, self.pack_cfg)
             t0 = time.perf_counter()
-            steps = learner.update(tb)
-            recompute_s = steps[0]["logp_recompute_s"]
+            steps = learner.update(tb)          # [] = no signal in the batch: no optimizer step
+            recompute_s = steps[0]["logp_recompute_s"] if steps else 0.0
             timer.add("logprob_recompute", recompute_s)
             timer.add("train", time.perf_counter() - t0 - recompute_s)
-            out.update({f"learner/{k}": float(v) for k, v in steps[-1].items()})
-            out.update(_throughput(steps, self.ctx.peak_flops, self.ctx.mesh.size))
+            out.update({f"learner/{k}": float(v) for k, v in summarize_update(steps).items()})
+            if steps:
+                out.update(_throughput(steps, self.ctx.peak_flops, self.ctx.mesh.size))
             out.update({f"pack/{k}": float(v) for k, v in tb.stats.as_dict().items()})
         else:
             learner.policy_version += 1   # an empty batch (all groups dropped) still advances
@@ -154,7 +156,8 @@ class Trainer:
         c = self.config
         t0 = time.perf_counter()
         res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=c.eval.k,
-                                        temperature=c.eval.temperature, tag=tag, progress=c.log.progress_bar)
+                                        temperature=c.eval.temperature, tag=tag, progress=c.log.progress_bar,
+                                        greedy=c.eval.greedy)
         res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
         self.history["eval"].append(res)
         self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()

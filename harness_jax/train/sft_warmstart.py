@@ -186,7 +186,7 @@ _NOT_IN_KEY = {
            "tis_low", "tis_high", "agg", "norm_constant", "adv_eps", "adv_scale", "adv_baseline",
            "kl_coef", "kl_estimator", "kl_clamp", "entropy_coef", "epochs", "mini_batches",
            "recompute_old_logp", "dynamic_sampling", "max_oversample_rounds", "async_mode",
-           "max_staleness"),
+           "max_staleness", "neg_adv_weight", "reference_kl", "log_entropy"),
 }
 
 
