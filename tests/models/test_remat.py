@@ -14,17 +14,19 @@ T, D, F, LAYERS_PER_CYCLE, CYCLES = 4096, 128, 1024, 4, 3
 def _run(static, w, x, ctx, cache):
     h = jnp.tanh(x @ w["up"])
     h = jnp.sin(h) * jnp.cos(h) * ctx
-    return x + h @ w["down"], None
+    return x + h @ w["down"], None, jnp.mean(h)   # the third output: a layer statistic (MoE router stats)
 
 
 def _loss(run):
     def loss(ws, x, ctx):
-        def body(x, w_cycle):
+        def body(carry, w_cycle):
+            x, stat = carry
             for j in range(LAYERS_PER_CYCLE):
-                x, _ = run(None, jax.tree.map(lambda a: a[j], w_cycle), x, ctx, None)
-            return x, None
-        x, _ = jax.lax.scan(body, x, ws)
-        return jnp.sum(x ** 2)
+                x, _, s = run(None, jax.tree.map(lambda a: a[j], w_cycle), x, ctx, None)
+                stat = stat + s
+            return (x, stat), None
+        (x, stat), _ = jax.lax.scan(body, (x, jnp.float32(0)), ws)
+        return jnp.sum(x ** 2) + 100.0 * stat      # gradients flow through the statistics too
     return loss
 
 
@@ -61,3 +63,34 @@ def test_ordered_remat_recomputes_one_layer_at_a_time():
     ordered = temp(M.ordered_remat(_run))
     assert ckpt - ordered > 2 * layer_acts, (ckpt / layer_acts, ordered / layer_acts)
     assert ordered < 0.7 * ckpt, (ckpt, ordered)
+
+
+def test_moe_model_under_ordered_remat_has_the_gradients_of_no_remat(remat="full"):
+    """A tiny MoE Qwen3.5 (scanned layers): hidden states, router statistics and the gradients of
+    a loss using both (the load-balancing term included) equal those without remat."""
+    from flax import nnx
+
+    from harness_jax.models import qwen3_5
+    from harness_jax.rl import losses
+
+    ids = jnp.asarray(np.random.default_rng(0).integers(3, 512, size=(2, 16)))
+
+    def grads(name):
+        cfg = qwen3_5.presets.get("tiny_moe", scan_layers=True, remat=name)
+        m = qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
+
+        def loss(m):
+            h, st = m.hidden_states_with_router_stats(ids)
+            return jnp.mean(h ** 2) + losses.load_balancing_loss(st.counts_X, st.probs_X, st.tokens), st
+
+        (val, st), g = nnx.jit(nnx.value_and_grad(loss, has_aux=True))(m)
+        return val, st, jax.tree.leaves(nnx.state(g, nnx.Param))
+
+    v0, st0, g0 = grads("none")
+    v1, st1, g1 = grads(remat)
+    np.testing.assert_allclose(float(v1), float(v0), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(st1), jax.tree.leaves(st0)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+    assert len(g1) == len(g0) and any(float(jnp.abs(x).max()) > 0 for x in g0)
+    for a, b in zip(g1, g0):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)

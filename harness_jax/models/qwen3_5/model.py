@@ -385,9 +385,11 @@ def ordered_remat(run, offload: bool = False):
     only on saved inputs, so XLA may run them all before the cycle's first backward: XLA:CPU
     recomputed the three Gated DeltaNet layers of a Qwen3.5 cycle side by side (an
     ``optimization_barrier`` does not survive its pipeline). Here one layer's activations are
-    alive at a time."""
+    alive at a time. The layer's MoE router statistics (None for a dense layer) come out beside
+    its output and are differentiated through the same recomputation."""
     def fwd_only(static, state, x, ctx):
-        return run(static, state, x, ctx, None)[0]
+        out, _, stats = run(static, state, x, ctx, None)
+        return out, stats
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
     def layer(static, state, x, ctx):
@@ -401,7 +403,7 @@ def ordered_remat(run, offload: bool = False):
         state, x, ctx = res
         if offload:
             x = jax.device_put(x, jax.memory.Space.Device)
-        x = _after(x, g)
+        x = _after(x, g[0])
         _, vjp = jax.vjp(lambda s, x, c: fwd_only(static, s, x, c), state, x, ctx)
         return vjp(g)
 
@@ -410,7 +412,8 @@ def ordered_remat(run, offload: bool = False):
     def call(static, state, x, ctx, cache):
         if cache is not None:          # the engine's cached calls are never differentiated
             return run(static, state, x, ctx, cache)
-        return layer(static, state, x, ctx), None
+        out, stats = layer(static, state, x, ctx)
+        return out, None, stats
     return call
 
 
