@@ -12,6 +12,7 @@ so compile time does not grow with depth.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
@@ -352,23 +353,68 @@ def layer_cycle(layer_types) -> int:
     return n
 
 
-LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input (remat "offload")
+LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input ("dots" keeps it too)
 
 
 def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy of a ``Qwen3_5Config.remat`` name (None for "none")."""
+    """The ``jax.checkpoint`` policy of remat "dots" (None for "none"). "full" and "offload" are
+    ``ordered_remat`` (they keep only the layer input, and recompute in order)."""
     cp = jax.checkpoint_policies
     if name == "none":
         return None
-    if name == "full":
-        return cp.nothing_saveable
     if name == "dots":
         return cp.dots_with_no_batch_dims_saveable
-    if name == "offload":
-        return cp.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
-            offload_src="device", offload_dst="pinned_host")
+    if name in ("full", "offload"):
+        return cp.nothing_saveable
     raise ValueError(f"remat {name!r}: use one of none, full, dots, offload")
+
+
+def _after(x, g):
+    """``x``, made data-dependent on the cotangent ``g`` (plus ``0 * tanh(g[0])``: exact, and
+    finite for any finite or infinite ``g``), so no scheduler can start the recomputation early."""
+    g0 = g.reshape(-1)[0].astype(jnp.float32)
+    return x + (0.0 * jnp.tanh(g0)).astype(x.dtype)
+
+
+def ordered_remat(run, offload: bool = False):
+    """``run(static, state, x, ctx, None)`` rematerialised in the backward pass, keeping only the
+    layer input ``x`` (and, with ``offload``, keeping it in pinned host memory).
+
+    Unlike ``jax.checkpoint``, the recomputation waits for the cotangent of the layer's output
+    (``_after``). With ``jax.checkpoint`` every recomputation in a scanned layer cycle depends
+    only on saved inputs, so XLA may run them all before the cycle's first backward: XLA:CPU
+    recomputed the three Gated DeltaNet layers of a Qwen3.5 cycle side by side (an
+    ``optimization_barrier`` does not survive its pipeline). Here one layer's activations are
+    alive at a time. The layer's MoE router statistics (None for a dense layer) come out beside
+    its output and are differentiated through the same recomputation."""
+    def fwd_only(static, state, x, ctx):
+        out, _, stats = run(static, state, x, ctx, None)
+        return out, stats
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def layer(static, state, x, ctx):
+        return fwd_only(static, state, x, ctx)
+
+    def fwd(static, state, x, ctx):
+        saved = jax.device_put(x, jax.memory.Space.Host) if offload else x
+        return fwd_only(static, state, x, ctx), (state, saved, ctx)
+
+    def bwd(static, res, g):
+        state, x, ctx = res
+        if offload:
+            x = jax.device_put(x, jax.memory.Space.Device)
+        x = _after(x, g[0])
+        _, vjp = jax.vjp(lambda s, x, c: fwd_only(static, s, x, c), state, x, ctx)
+        return vjp(g)
+
+    layer.defvjp(fwd, bwd)
+
+    def call(static, state, x, ctx, cache):
+        if cache is not None:          # the engine's cached calls are never differentiated
+            return run(static, state, x, ctx, cache)
+        out, stats = layer(static, state, x, ctx)
+        return out, None, stats
+    return call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,7 +511,9 @@ class TextModel(nnx.Module):
         stats = moe_lib.MoeStats.zeros(cfg.num_experts) if cfg.is_moe else None
         add = (lambda a, b: a if b is None else a + b)
         run = _run_layer
-        if cfg.remat != "none":
+        if cfg.remat in ("full", "offload"):
+            run = ordered_remat(_run_layer, offload=cfg.remat == "offload")
+        elif cfg.remat != "none":
             run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=remat_policy(cfg.remat))
         plan = WeightPlan(jnp.dtype(self.dtype), jnp.dtype(cfg.reduce_scatter_dtype))
         slots = _slots(cfg.layer_types)
