@@ -119,6 +119,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.router_aux_loss = True           # MoE models: add router_aux_loss_coef (from the model config; Qwen3.5: 0.001) x the router load-balancing loss
     c.rl.neg_adv_weight = 1.0             # multiplies negative advantages (1 = plain GRPO; < 1 damps the failure side of the gradient)
     c.rl.reference_kl = True              # keep the policy RL starts from to log learner/kl_to_ref (one parameter copy, one forward per update)
+    c.rl.skip_no_signal = True            # no optimizer step on a batch whose advantages are all 0 (AdamW's momentum would still move the weights)
     c.rl.log_entropy = True               # log the policy's token entropy (learner/entropy; one more pass over the vocabulary)
     c.rl.epochs = 1                       # passes over each rollout batch
     c.rl.mini_batches = 1                 # optimizer steps per epoch

@@ -130,7 +130,8 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
                          temperature=config.rollout.temperature, peak_flops_per_device=peak_flops,
-                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, seed=config.seed,
+                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, skip_no_signal=rl.skip_no_signal,
+                         seed=config.seed,
                          router_aux_coef=router_aux)
 
 
