@@ -3,11 +3,17 @@
 Why this shape:
   * a fixed number of cache rows ("slots"); a request takes a free slot, a finished request
     frees it for a waiting one (continuous batching);
-  * every model call is ``model.extend(tokens_BT, cache, num_new_B)``: prefill, chunked prefill,
-    decode and multi-turn continuation are the same call with different ``num_new_B``, so the
-    compiled shapes are bounded by a few prefill buckets plus one multi-step decode program;
-  * decode runs ``decode_steps`` tokens per host round trip (a ``lax.scan``), stopping rows on
-    device at stop ids / budget so the cache never holds tokens past the end of a request;
+  * the KV cache is paged by default: a pool of pages shared by the slots, each slot's pages
+    listed in its block table, attention over each row's live pages only (ragged paged
+    attention), so memory follows the live tokens, not ``slots x max_len``; when the pool runs
+    dry the youngest request is preempted and recomputed later (``planner``); the contiguous
+    cache (``cache_kind="contiguous"``) stays as an option;
+  * every step is one device program: either ``decode_steps`` decode tokens for every running
+    row (a ``lax.scan``, rows stopping on device at stop ids / budget, so the cache never holds
+    tokens past the end of a request), or a mixed step with one token for every decoding row
+    next to prompt chunks under a per-step token budget (chunked prefill never stalls decode);
+  * the host overlaps: the next decode step is dispatched, fed from the previous one's device
+    outputs, before the previous one's tokens are read back and turned into results;
   * a finished request leaves its state in the slot: a later request whose ``input_ids`` start
     with exactly the tokens that slot has consumed continues from there (episode continuation,
     an exact-prefix cache of end states; the GDN recurrent state cannot be rolled back, so only
@@ -16,27 +22,27 @@ Why this shape:
     steps (no host copy) and bumps the version; every generated token records its version.
 
 The pieces: ``scheduler.Scheduler`` (requests, slots, control commands; host only),
-``programs`` (the jitted device programs), ``serving.ServingWeights`` (the served layout),
-``stream.ChunkStream``. A scheduler thread runs the steps; ``submit`` is thread-safe and returns
-a ``concurrent.futures.Future``; ``generate`` (async) and ``generate_batch`` (sync) wrap it.
+``planner.Planner`` (what the next step runs, pages, preemption), ``pages.PagePool``,
+``runner.DeviceRunner`` (cache and jitted ``programs``), ``serving.ServingWeights`` (the served
+layout), ``stream.ChunkStream``. A scheduler thread runs the steps; ``submit`` is thread-safe and
+returns a ``concurrent.futures.Future``; ``generate`` (async) and ``generate_batch`` (sync) wrap it.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import dataclasses
-import functools
 import logging
 import threading
 import uuid
 from typing import Callable, Optional, Sequence
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from harness_jax.sampling import programs
-from harness_jax.sampling.scheduler import EngineClosedError, Scheduler, Slot
+from harness_jax.sampling.pages import PagePool
+from harness_jax.sampling.planner import MAX_DEVICE_STOP_IDS, Planner, StepPlan
+from harness_jax.sampling.runner import DeviceRunner, check_cache_kind, default_pages
+from harness_jax.sampling.scheduler import EngineClosedError, Scheduler
 from harness_jax.sampling.serving import ServingWeights
 from harness_jax.sampling.stream import ChunkStream
 from harness_jax.sampling.types import (GenerateRequest, GenerateResult, RolloutEngine,
@@ -44,109 +50,102 @@ from harness_jax.sampling.types import (GenerateRequest, GenerateResult, Rollout
 
 log = logging.getLogger(__name__)
 
-MAX_DEVICE_STOP_IDS = 8   # stop ids checked on device per row; more are checked on the host
-
 __all__ = ["JaxEngine", "EngineClosedError", "ChunkStream", "MAX_DEVICE_STOP_IDS"]
-
-
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    for b in buckets:
-        if n <= b:
-            return b
-    return buckets[-1]
 
 
 class JaxEngine(RolloutEngine):
     """Continuous-batching generation engine over a Qwen3.5-style model with ``extend`` caches.
 
     Args:
-      model: an nnx module with ``extend(input_ids_BT, cache, num_new_B)`` and ``.config``.
+      model: an nnx module with ``extend_groups_hidden`` / ``extend`` and ``.config``.
       max_slots: cache rows (concurrent requests / cached episodes).
       max_len: tokens per row (prompt + generated).
       tokenizer: optional HF-style tokenizer with ``decode``; needed for stop strings.
-      prefill_buckets: allowed prefill widths; the largest is the prefill chunk.
+      prefill_buckets: allowed prefill chunk widths; the largest is the longest chunk.
       decode_steps: decode tokens per host round trip.
       eos_token_ids: ids that end a request unless ``ignore_eos``; default from the config.
       seed: seeds the engine-chosen per-request seeds (requests with ``seed=None``).
       cache_dtype: dtype of the KV and conv caches; the Gated DeltaNet recurrent state is always
-        fp32 (``qwen3_5.init_cache``; the model refuses anything else).
-      init_cache_fn / reset_rows_fn: cache API (defaults: ``qwen3_5.init_cache`` /
-        ``qwen3_5.reset_cache_rows``).
-      mesh / rules: shard the cache on this mesh by its logical axes (``cache_axes_fn``,
-        default ``qwen3_5.cache_logical_axes``) and ``rules`` (default
-        ``sharding.SAMPLE_RULES``). Default: the mesh of the parameters when they are
-        ``NamedSharding``-placed (e.g. ``load_hf(path, mesh=...)``), else one device.
+        fp32 (the model refuses anything else).
+      cache_kind: ``"paged"`` (default) or ``"contiguous"`` (``runner.DeviceRunner``).
+      page_size / num_pages: the paged cache's pool (``num_pages=0``: every slot at full length,
+        so never a preemption; fewer pages hold fewer live tokens and preempt when they run out).
+      token_budget: tokens per mixed step (decoding rows' tokens + prompt chunks; default: the
+        largest prefill bucket plus ``max_slots``).
+      prefill_rows: most requests prefilling in one mixed step.
+      overlap: dispatch the next decode step before reading the previous one back.
+      attention_impl: ``paged_attention`` implementation (``"auto"``: Pallas on TPU/GPU, XLA
+        on CPU).
+      mesh / rules: the serving mesh (weights and cache sharded by their logical axes and
+        ``rules``, default ``sharding.SAMPLE_RULES``). Default: when the parameters live on
+        several devices (e.g. the learner's FSDP layout), those devices as ``(data, tensor)``
+        with ``tensor_parallel`` devices per replica; else their one device.
       weight_layout: ``"hf"`` | ``"in_out"`` | ``"auto"`` (``serving.ServingWeights``).
+      tensor_parallel: tensor-parallel degree of the serving mesh (1: weights replicated).
+      serve_dtype: dtype of the served weight matrices (default: the model's compute dtype).
+        The served copy is rebuilt on device at every ``update_weights``; decode never runs on
+        the learner's layout.
     """
 
     def __init__(self, model, max_slots: int = 8, max_len: int = 512, *, tokenizer=None,
                  prefill_buckets: Sequence[int] = (16, 64, 256), decode_steps: int = 8,
                  eos_token_ids: Optional[Sequence[int]] = None, seed: int = 0,
-                 weight_version: int = 0, cache_dtype=jnp.float32,
-                 init_cache_fn: Optional[Callable] = None,
-                 reset_rows_fn: Optional[Callable] = None, mesh=None, rules=None,
-                 cache_axes_fn: Optional[Callable] = None, weight_layout: str = "auto"):
+                 weight_version: int = 0, cache_dtype=jnp.float32, cache_kind: str = "paged",
+                 page_size: int = 16, num_pages: int = 0, token_budget: int = 0, prefill_rows: int = 8,
+                 overlap: bool = True, attention_impl: str = "auto", mesh=None, rules=None,
+                 weight_layout: str = "auto", tensor_parallel: int = 1, serve_dtype=None):
         if max_slots < 1:
             raise ValueError(f"JaxEngine.max_slots must be >= 1, got {max_slots}")
         if max_len < 2:
             raise ValueError(f"JaxEngine.max_len must be >= 2, got {max_len}")
         if decode_steps < 1:
             raise ValueError(f"JaxEngine.decode_steps must be >= 1, got {decode_steps}")
+        if prefill_rows < 1:
+            raise ValueError(f"JaxEngine.prefill_rows must be >= 1, got {prefill_rows}")
         buckets = sorted(set(int(b) for b in prefill_buckets))
         if not buckets or buckets[0] < 1:
             raise ValueError(f"JaxEngine.prefill_buckets must be positive ints, got {prefill_buckets}")
+        check_cache_kind(cache_kind, page_size, num_pages, max_len)
         self.config = getattr(model, "config", None) or getattr(model, "cfg", None)
         if self.config is None:
             raise ValueError("JaxEngine: model has no .config (the model config the cache is built from)")
-        if init_cache_fn is None or reset_rows_fn is None or cache_axes_fn is None:
-            from harness_jax.models import qwen3_5
-            init_cache_fn = init_cache_fn or qwen3_5.init_cache
-            reset_rows_fn = reset_rows_fn or qwen3_5.reset_cache_rows
-            cache_axes_fn = cache_axes_fn or qwen3_5.cache.cache_logical_axes
-        self._cache_axes_fn = cache_axes_fn
-        self._rules = rules
         self.max_slots = int(max_slots)
         self.max_len = int(max_len)
         self.tokenizer = tokenizer
         self.prefill_buckets = tuple(b for b in buckets if b <= max_len) or (max_len,)
         self.decode_steps = int(decode_steps)
+        self.cache_kind = cache_kind
+        self.overlap = bool(overlap)
         if eos_token_ids is None:
             eos = getattr(self.config, "eos_token_id", None)
             eos_token_ids = () if eos is None else ((eos,) if isinstance(eos, int) else tuple(eos))
         self.eos_token_ids = tuple(int(e) for e in eos_token_ids)
-        self._cache_dtype = cache_dtype
-        self._init_cache_fn = init_cache_fn
-        self._weights = ServingWeights(model, weight_layout, mesh)
+        self._weights = ServingWeights(model, weight_layout, mesh, rules=rules, tensor_parallel=tensor_parallel,
+                                       dtype=serve_dtype)
         self.weight_layout = self._weights.layout
         self.mesh = self._weights.mesh
-        graphdef = self._weights.graphdef
-        self._extend = jax.jit(functools.partial(programs.extend_and_sample, graphdef), donate_argnums=(1,))
-        self._decode = jax.jit(functools.partial(programs.decode_loop, graphdef, self.decode_steps),
-                               donate_argnums=(1,))
-        self._reset = jax.jit(reset_rows_fn, donate_argnums=(0,))
-        self._cache = self._new_cache()
+        paged = cache_kind == "paged"
+        self.page_size = int(page_size)
+        self.num_pages = (int(num_pages) or default_pages(self.max_slots, self.max_len, self.page_size)) if paged else 0
+        self._runner = DeviceRunner(self._weights.graphdef, self.config, max_slots=self.max_slots,
+                                    max_len=self.max_len, decode_steps=self.decode_steps, cache_kind=cache_kind,
+                                    cache_dtype=cache_dtype, page_size=self.page_size, num_pages=self.num_pages,
+                                    attn_impl=attention_impl, mesh=self.mesh, rules=self._weights.rules,
+                                    devices=self._weights.devices())
+        pool = (PagePool(self.num_pages, self.page_size, self.max_slots, -(-self.max_len // self.page_size))
+                if paged else None)
         self._sched = Scheduler(self.max_slots, self.max_len, vocab_size=getattr(self.config, "vocab_size", None),
                                 eos_token_ids=self.eos_token_ids, tokenizer=tokenizer, seed=seed,
-                                state=self._weights.state, version=weight_version)
+                                state=self._weights.state, version=weight_version, pool=pool)
+        most = min(prefill_rows, self.max_slots)
+        rows = tuple(sorted({most} | {4 ** i for i in range(8) if 4 ** i < most}))   # 1, 4, 16, ..., most
+        self.token_budget = int(token_budget) or self.prefill_buckets[-1] + self.max_slots
+        self._planner = Planner(self._sched, max_slots=self.max_slots, max_len=self.max_len,
+                                decode_steps=self.decode_steps, chunk_buckets=self.prefill_buckets,
+                                row_buckets=rows, token_budget=self.token_budget)
         self.stats = self._sched.stats
         self._thread = threading.Thread(target=self._loop, name="JaxEngine", daemon=True)
         self._thread.start()
-
-    def _new_cache(self):
-        """An empty cache, committed to the parameters' device when they live on one device
-        (an uncommitted first cache would make every program compile twice)."""
-        cache = self._init_cache_fn(self.config, self.max_slots, self.max_len, dtype=self._cache_dtype)
-        if self.mesh is not None and self._cache_axes_fn is not None:
-            from harness_jax import sharding as shd
-            rules = shd.SAMPLE_RULES if self._rules is None else self._rules
-            shardings = jax.tree_util.tree_map(
-                lambda ax, a: shd.named_sharding(ax, self.mesh, rules, a.shape),
-                self._cache_axes_fn(), cache, is_leaf=lambda x: isinstance(x, tuple))
-            return jax.device_put(cache, shardings)
-        devices = self._weights.devices()
-        if len(devices) == 1:
-            cache = jax.device_put(cache, next(iter(devices)))
-        return cache
 
     # -------------------------------------------------------------------------------- API
     @property
@@ -162,7 +161,33 @@ class JaxEngine(RolloutEngine):
     @property
     def cache_shardings(self):
         """The sharding of every array of the decode cache (a pytree shaped like the cache)."""
-        return jax.tree_util.tree_map(lambda a: a.sharding, self._cache)
+        import jax
+        return jax.tree_util.tree_map(lambda a: a.sharding, self._runner.cache)
+
+    def kv_memory(self) -> dict:
+        """KV cache memory: bytes the KV arrays hold (``held``: the whole pool or every slot at
+        ``max_len``), bytes of one token (all layers, keys and values), and for a paged cache
+        the pages in use now and at the peak."""
+        held = self._runner.kv_bytes
+        out = {"held_bytes": held, "cache_kind": self.cache_kind}
+        pool = self._sched.pool
+        if pool is None:
+            out["token_bytes"] = held // (self.max_slots * self.max_len)
+            return out
+        per_page = held // pool.num_pages
+        with self._sched.cv:
+            out.update(token_bytes=per_page // pool.page_size, pages=pool.num_pages, pages_used=pool.used,
+                       peak_pages_used=pool.peak_used, used_bytes=pool.used * per_page,
+                       peak_used_bytes=pool.peak_used * per_page)
+        return out
+
+    def lower_decode(self):
+        """The decode program lowered for the served weights and the cache (every row idle):
+        ``.compile().as_text()`` for HLO checks (``serving.weight_all_gathers``),
+        ``.compile().memory_analysis()`` for its footprint."""
+        with self._sched.cv:
+            plan = self._planner.idle_decode_plan(self._sched.state, self._sched.version)
+        return self._runner.lower_decode(plan)
 
     def submit(self, request: GenerateRequest,
                on_chunk: Optional[Callable[[StreamChunk], None]] = None) -> concurrent.futures.Future:
@@ -326,106 +351,99 @@ class JaxEngine(RolloutEngine):
                 sched.cv.wait(timeout=0.05)
 
     def _loop(self) -> None:
+        """The scheduler thread: plan a step, dispatch it, read the previous one back; a decode
+        step whose rows carry on is chained (dispatched from the previous step's device outputs
+        before they are read), so the host's token handling overlaps the device's next step."""
         sched = self._sched
+        inflight: Optional[tuple] = None          # (plan, device outputs) not read back yet
         while True:
-            with sched.cv:
-                while not sched.closed:
-                    sched.apply_controls()
-                    if not sched.paused and (sched.waiting or sched.running()):
-                        break
-                    sched.cv.wait(timeout=0.1)
-                if sched.closed:
-                    sched.fail_all(EngineClosedError("JaxEngine closed"))
-                    return
-                resets = sched.admit() if sched.pending_weights is None else []
-                rows = sched.running()
-                state, version = sched.state, sched.version
             try:
+                nxt = None
+                if inflight is not None:
+                    with sched.cv:
+                        nxt = self._chain(*inflight)
+                if nxt is not None:
+                    out = self._dispatch(nxt)
+                    self._process(*inflight)      # overlaps the chained step on the device
+                    inflight = (nxt, out)
+                    continue
+                if inflight is not None:
+                    self._process(*inflight)
+                    inflight = None
+                with sched.cv:
+                    while not sched.closed:
+                        sched.apply_controls()
+                        if not sched.paused and (sched.waiting or sched.running()):
+                            break
+                        sched.cv.wait(timeout=0.1)
+                    if sched.closed:
+                        sched.fail_all(EngineClosedError("JaxEngine closed"))
+                        return
+                    resets = []
+                    if sched.pending_weights is None:   # a weight swap waiting to drain admits nobody
+                        resets = sched.admit(self._planner.fits if sched.pool is not None else None)
+                    plan = self._planner.plan(sched.state, sched.version)
                 if resets:
-                    mask = np.zeros((self.max_slots,), dtype=bool)
-                    mask[resets] = True
-                    self._cache = self._reset(self._cache, jnp.asarray(mask))
-                if rows:
-                    self._step(rows, state, version)
+                    self._runner.reset(resets)
+                if plan is not None:
+                    inflight = (plan, self._dispatch(plan))
             except Exception as e:  # keep serving: fail the requests of this step, rebuild cache
                 log.exception("JaxEngine step failed")
+                inflight = None
                 with sched.cv:
                     sched.fail_running(RuntimeError(f"JaxEngine step failed: {type(e).__name__}: {e}"))
-                    self._cache = self._new_cache()
+                    self._runner.cache = self._runner.new_cache()
+                    if sched.pool is not None:
+                        sched.pool.dirty = True
 
-    def _param_arrays(self, rows):
-        B = self.max_slots
-        temp = np.zeros((B,), np.float32)
-        top_p = np.ones((B,), np.float32)
-        top_k = np.full((B,), -1, np.int32)
-        min_p = np.zeros((B,), np.float32)
-        seed = np.zeros((B,), np.uint32)
-        step = np.zeros((B,), np.int32)
-        for s in rows:
-            p = s.active.request.params
-            temp[s.idx], top_p[s.idx], top_k[s.idx], min_p[s.idx] = p.temperature, p.top_p, p.top_k, p.min_p
-            seed[s.idx] = s.active.seed
-            step[s.idx] = len(s.active.out_tokens)
-        return temp, top_p, top_k, min_p, seed, step
-
-    def _step(self, rows: list[Slot], state, version: int) -> None:
-        if any(len(s.active.pending) > 1 for s in rows):
-            self._prefill_step(rows, state, version)
-        else:
-            self._decode_step(rows, state, version)
-
-    def _prefill_step(self, rows: list[Slot], state, version: int) -> None:
-        """Prefill / continuation (decode rows ride along with one token)."""
-        B = self.max_slots
-        chunk = self.prefill_buckets[-1]
-        feed = {s.idx: min(len(s.active.pending), chunk) for s in rows}
-        T = _bucket(max(feed.values()), self.prefill_buckets)
-        tokens = np.zeros((B, T), np.int32)
-        num_new = np.zeros((B,), np.int32)
-        for s in rows:
-            n = feed[s.idx]
-            tokens[s.idx, :n] = s.active.pending[:n]
-            num_new[s.idx] = n
-        tok, lp, self._cache = self._extend(state, self._cache, jnp.asarray(tokens), jnp.asarray(num_new),
-                                            *self._param_arrays(rows))
-        tok, lp = np.asarray(tok), np.asarray(lp)
+    def _chain(self, plan: StepPlan, out: dict) -> Optional[StepPlan]:
+        """The decode step to dispatch before ``plan`` is read back, if nothing the host learns
+        from it can change the next step: no commands or pause pending, no waiting request a free
+        slot could take, and some row can still run past this step (under the lock)."""
         sched = self._sched
-        sched.stats["steps_prefill"] += 1
+        admissible = sched.waiting and any(s.active is None for s in sched.slots)
+        if not self.overlap or plan.mixed or sched.closed or sched.paused or admissible or sched.controls_pending():
+            return None
+        left = [act.budget - len(act.out_tokens) for s, act in plan.decode if s.active is act]
+        if not left or max(left) <= plan.steps * (2 if plan.chained else 1):
+            return None                           # every row ends within the step in flight
+        return self._planner.chain(plan, out["carry"])
+
+    def _dispatch(self, plan: StepPlan) -> dict:
+        pool = self._sched.pool
+        if pool is not None and pool.dirty:
+            with self._sched.cv:
+                table, pool.dirty = pool.table.copy(), False
+            self._runner.set_block_tables(table)
+        return self._runner.dispatch(plan)
+
+    def _process(self, plan: StepPlan, out: dict) -> None:
+        """Reads a step back and turns its tokens into results. A row whose request ended or
+        was aborted while the step ran had its tokens fed for nothing: its state is forgotten."""
+        r = self._runner.read(out)
+        sched = self._sched
         with sched.cv:
-            for s in rows:
-                act, n = s.active, feed[s.idx]
-                if act is None:
+            if not plan.mixed:
+                sched.stats["steps_decode"] += 1
+                sched.stats["steps_chained"] += int(plan.chained)
+                for s, act in plan.decode:
+                    n = int(r["emitted"][:, s.idx].sum())
+                    if s.active is act:
+                        sched.emit(s, [int(t) for t in r["tok"][:n, s.idx]],
+                                   [float(x) for x in r["lp"][:n, s.idx]], plan.version)
+                    elif n and s.active is None:
+                        sched.forget(s)
+                return
+            sched.stats["steps_prefill"] += 1
+            for s, act in plan.decode:
+                if s.active is act:
+                    sched.emit(s, [int(r["tok"][s.idx])], [float(r["lp"][s.idx])], plan.version)
+            off = self.max_slots                  # prefill rows follow the (always present) decode group
+            for i, (s, act, n) in enumerate(plan.prefill):
+                if s.active is not act:
                     continue
                 s.fed.extend(act.pending[:n])
                 sched.stats["tokens_prefilled"] += n
                 act.pending = act.pending[n:]
                 if not act.pending:
-                    sched.emit(s, [int(tok[s.idx])], [float(lp[s.idx])], version)
-
-    def _decode_step(self, rows: list[Slot], state, version: int) -> None:
-        """``decode_steps`` tokens for every row (each has exactly one pending token)."""
-        B = self.max_slots
-        tok0 = np.zeros((B,), np.int32)
-        active = np.zeros((B,), bool)
-        budget = np.zeros((B,), np.int32)
-        stop = np.full((B, MAX_DEVICE_STOP_IDS), -1, np.int32)
-        for s in rows:
-            act = s.active
-            tok0[s.idx] = act.pending[0]
-            active[s.idx] = True
-            budget[s.idx] = act.budget - len(act.out_tokens)
-            ids = sorted(act.stop_ids)[:MAX_DEVICE_STOP_IDS]
-            stop[s.idx, :len(ids)] = ids
-        tok_NB, lp_NB, em_NB, self._cache = self._decode(
-            state, self._cache, jnp.asarray(tok0), jnp.asarray(active), jnp.asarray(budget),
-            jnp.asarray(stop), *self._param_arrays(rows))
-        tok_NB, lp_NB, em_NB = np.asarray(tok_NB), np.asarray(lp_NB), np.asarray(em_NB)
-        sched = self._sched
-        sched.stats["steps_decode"] += 1
-        with sched.cv:
-            for s in rows:
-                if s.active is None:
-                    continue
-                n = int(em_NB[:, s.idx].sum())
-                sched.emit(s, [int(t) for t in tok_NB[:n, s.idx]], [float(x) for x in lp_NB[:n, s.idx]],
-                           version)
+                    sched.emit(s, [int(r["tok"][off + i])], [float(r["lp"][off + i])], plan.version)

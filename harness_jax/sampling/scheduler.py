@@ -3,7 +3,10 @@
 No device code here. The ``Scheduler`` owns the condition variable every engine method locks,
 the waiting queue, the slots (one per cache row) and the commands waiting to be applied between
 steps (aborts, pauses, a weight swap); it admits requests to slots (exact-prefix reuse of a
-finished row's state first) and turns sampled tokens into results and stream chunks.
+finished row's state first) and turns sampled tokens into results and stream chunks. With a
+paged cache it also owns the ``PagePool``: a slot whose state is forgotten gives its pages back,
+and a running request can be preempted (its pages freed, the request requeued to be recomputed
+from its prompt and the tokens it already produced, like a retraction).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ class Seq:
     stop_reason: Any = None
     finish: Optional[str] = None
     on_chunk: Optional[Callable[[StreamChunk], None]] = None   # streaming callback
+    order: int = 0                   # admission order (first come, first served; youngest preempted)
 
 
 @dataclasses.dataclass
@@ -67,10 +71,11 @@ class Scheduler:
       tokenizer: ``decode`` for stop strings (None: stop strings are refused).
       seed: seeds the per-request seeds of requests without one.
       state / version: the weights the engine starts with.
+      pool: the ``PagePool`` of a paged cache (None: contiguous cache).
     """
 
     def __init__(self, max_slots: int, max_len: int, *, vocab_size: Optional[int], eos_token_ids,
-                 tokenizer, seed: int, state, version: int):
+                 tokenizer, seed: int, state, version: int, pool=None):
         self.max_slots, self.max_len = int(max_slots), int(max_len)
         self.vocab_size = vocab_size
         self.eos_token_ids = tuple(eos_token_ids)
@@ -86,8 +91,10 @@ class Scheduler:
         self.abort_all: Optional[str] = None
         self.retract = False
         self.pending_weights = None      # (state, version, flush, in_flight)
-        self.stats = {"steps_prefill": 0, "steps_decode": 0, "tokens_generated": 0,
-                      "tokens_prefilled": 0, "tokens_reused": 0}
+        self.pool = pool
+        self._admitted = 0
+        self.stats = {"steps_prefill": 0, "steps_decode": 0, "steps_chained": 0, "tokens_generated": 0,
+                      "tokens_prefilled": 0, "tokens_reused": 0, "preemptions": 0}
 
     # ------------------------------------------------------------------------- requests
     def prepare(self, request: GenerateRequest) -> Seq:
@@ -189,11 +196,11 @@ class Scheduler:
                 finished = FINISH_LENGTH
             if finished:
                 break
-        if used < len(toks):
-            s.valid = False   # the row consumed tokens past the end of this request
         act.pending = [act.out_tokens[-1]] if act.out_tokens else act.pending
         if finished:
             self.finish(s, act, finished, streamed=n0)
+            if used < len(toks):
+                self.forget(s)   # the row consumed tokens past the end of this request
         else:
             self._stream(act, act.out_tokens[n0:], act.out_logprobs[n0:], act.out_versions[n0:])
 
@@ -222,7 +229,39 @@ class Scheduler:
         for s in self.slots:
             if s.active is not None and not s.active.future.done():
                 s.active.future.set_exception(exc)
-            s.active, s.fed, s.valid, s.episode_id = None, [], False, None
+            s.active = None
+            self.forget(s)
+
+    def forget(self, s: Slot) -> None:
+        """The row's state is no longer usable: nothing reuses it, its pages go back."""
+        s.valid, s.fed, s.episode_id = False, [], None
+        if self.pool is not None:
+            self.pool.release(s.idx)
+
+    def requeue(self, s: Slot) -> Seq:
+        """Takes the running request off its row (forgotten) to be recomputed later from its
+        prompt plus everything it produced (retraction, preemption)."""
+        act = s.active
+        act.pending = list(act.request.input_ids) + list(act.out_tokens)
+        act.cached_tokens = 0
+        s.active = None
+        self.forget(s)
+        return act
+
+    def preempt(self, s: Slot) -> None:
+        """Out of pages: the request on ``s`` goes back to the head of the queue."""
+        self.waiting.insert(0, self.requeue(s))
+        self.stats["preemptions"] += 1
+
+    def evict_cached(self, keep=()) -> bool:
+        """Frees the pages of the least recently used finished row not in ``keep``; False if
+        there is none."""
+        cands = [s for s in self.slots if s.active is None and s.idx not in keep
+                 and self.pool is not None and self.pool.owned[s.idx]]
+        if not cands:
+            return False
+        self.forget(min(cands, key=lambda s: s.last_used))
+        return True
 
     # ------------------------------------------------------------------------- controls
     def apply_controls(self) -> None:
@@ -235,7 +274,7 @@ class Scheduler:
             if flush:
                 for s in self.slots:
                     if s.active is None:
-                        s.valid, s.fed, s.episode_id = False, [], None
+                        self.forget(s)
                     else:
                         s.episode_id = None   # mixed-version state: do not continue it later
                         s.needs_reset = True  # reset once the request ends
@@ -255,21 +294,14 @@ class Scheduler:
         if self.abort_rids:
             self._abort_listed()
         if self.retract:
-            requeue = []
-            for s in self.slots:
-                act = s.active
-                if act is None:
-                    continue
-                # recompute from scratch after continue: feed prompt + everything generated
-                act.pending = list(act.request.input_ids) + list(act.out_tokens)
-                act.cached_tokens = 0
-                s.active, s.valid, s.fed, s.episode_id = None, False, [], None
-                requeue.append(act)
-            self.waiting = requeue + self.waiting
+            # recompute from scratch after continue: feed prompt + everything generated
+            requeue = [self.requeue(s) for s in self.slots if s.active is not None]
+            self.waiting = sorted(requeue, key=lambda a: a.order) + self.waiting
             self.retract = False
         for s in self.slots:
             if s.active is None and s.needs_reset:
-                s.valid, s.fed, s.needs_reset = False, [], False
+                s.needs_reset = False
+                self.forget(s)
         self.cv.notify_all()
 
     def _abort_listed(self) -> None:
@@ -288,11 +320,17 @@ class Scheduler:
                 self.finish(s, s.active, FINISH_ABORT)
         self.abort_rids.clear()
 
-    def admit(self) -> list[int]:
-        """Moves waiting requests into slots; returns the rows that must be reset first."""
+    def admit(self, fits: Optional[Callable[[Seq], bool]] = None) -> list[int]:
+        """Moves waiting requests into slots; returns the rows that must be reset first.
+        ``fits(seq)`` (paged cache): whether the pages for a new request's first chunk can be
+        had; admission stops at the first request that does not fit (first come, first served)."""
         resets = []
         still = []
+        blocked = False
         for act in self.waiting:
+            if blocked:
+                still.append(act)
+                continue
             ids = act.request.input_ids
             resumed = bool(act.pending)   # retracted request: pending already holds its history
             slot, reuse = None, 0
@@ -307,7 +345,8 @@ class Scheduler:
                     slot, reuse = best, len(best.fed)
             if slot is None:
                 free = [s for s in self.slots if s.active is None and s.idx not in resets]
-                if not free:
+                if not free or (fits is not None and not fits(act)):
+                    blocked = fits is not None and bool(free)
                     still.append(act)
                     continue
                 # prefer empty rows, then least recently used cached states
@@ -322,7 +361,11 @@ class Scheduler:
                 if not resumed:
                     act.pending = list(ids)
                 resets.append(slot.idx)
-                slot.fed, slot.valid = [], True
+                self.forget(slot)
+                slot.valid = True
+            if not act.order:
+                self._admitted += 1
+                act.order = self._admitted
             slot.active = act
             slot.episode_id = act.request.episode_id
             slot.last_used = time.monotonic()
@@ -333,11 +376,11 @@ class Scheduler:
     def release_episode(self, episode_id: str) -> None:
         for s in self.slots:
             if s.episode_id == episode_id and s.active is None:
-                s.episode_id, s.valid, s.fed = None, False, []
+                self.forget(s)
 
     def flush(self) -> bool:
         if any(s.active is not None for s in self.slots):
             return False
         for s in self.slots:
-            s.valid, s.fed, s.episode_id = False, [], None
+            self.forget(s)
         return True

@@ -45,13 +45,17 @@ class EngineServer:
       model_path / served_model_name: reported by ``/model_info``.
       load_model_fn: ``path -> nnx model`` for ``/update_weights_from_disk`` (default
         ``qwen3_5.load_hf(path, dtype=...)``).
+      model: the model the engine serves (learner format): what tensor / distributed weight
+        updates patch (``build_server`` passes it; without it only disk updates work).
+      disabled_endpoints: paths answered with 404, as an older SGLang would (tests of clients'
+        feature probing).
       incremental_streaming_output: streamed ``/generate`` chunks carry only the new tokens
         (SGLang's ``--incremental-streaming-output``); default cumulative chunks.
     """
 
     def __init__(self, engine, tokenizer=None, model_path: str = "", served_model_name: str = "",
                  load_model_fn: Optional[Callable[[str], Any]] = None, dtype: str = "float32",
-                 incremental_streaming_output: bool = False):
+                 incremental_streaming_output: bool = False, model=None, disabled_endpoints=()):
         self.engine = engine
         self.incremental_streaming_output = bool(incremental_streaming_output)
         self.tokenizer = tokenizer
@@ -63,7 +67,8 @@ class EngineServer:
         self.gate.set()
         self.update_lock = threading.Lock()
         self.chat = ChatEndpoints(self)                      # /v1/chat/completions
-        self.weights = WeightEndpoints(self, load_model_fn)   # /update_weights_*
+        self.weights = WeightEndpoints(self, load_model_fn, model)   # /update_weights_*, sessions, groups
+        self.disabled_endpoints = frozenset(disabled_endpoints)
         self._httpd: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -292,6 +297,6 @@ def build_server(model_path: str, *, tokenizer_path: Optional[str] = None, max_s
                        cache_dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32)
     server = EngineServer(engine, tokenizer=tokenizer, model_path=model_path,
                           served_model_name=served_model_name, dtype=dtype,
-                          incremental_streaming_output=incremental_streaming_output)
+                          incremental_streaming_output=incremental_streaming_output, model=model)
     server.weight_version = str(weight_version)
     return server

@@ -83,6 +83,14 @@ ROUTES = {
     "/pause_generation": (("POST",), _pause),
     "/continue_generation": (("POST",), _continue),
     "/update_weights_from_disk": (("POST",), lambda app, b: _status_reply(app.weights.update_from_disk(b))),
+    "/begin_weight_update": (("POST",), lambda app, b: app.weights.begin(b)),
+    "/end_weight_update": (("POST",), lambda app, b: _status_reply(app.weights.end(b))),
+    "/init_weights_update_group": (("POST",), lambda app, b: _status_reply(app.weights.init_group(b))),
+    "/destroy_weights_update_group": (("POST",), lambda app, b: app.weights.destroy_group(b)),
+    "/update_weights_from_distributed": (("POST",),
+                                         lambda app, b: _status_reply(app.weights.update_from_distributed(b))),
+    "/update_weights_from_tensor": (("POST",), lambda app, b: _status_reply(app.weights.update_from_tensor(b))),
+    "/update_weight_version": (("POST",), lambda app, b: app.weights.update_version(b)),
     "/v1/chat/completions": (("POST",), lambda app, b: (app.chat.complete_stream(b) if isinstance(b, dict)
                                                         and b.get("stream") else app.chat.complete(b))),
 }
@@ -155,7 +163,7 @@ class Handler(BaseHTTPRequestHandler):
         path = urlparse(self.path).path.rstrip("/") or "/"
         try:
             body = self._body() if method in ("POST", "PUT") else {}
-            route = ROUTES.get(path)
+            route = None if path in self.app.disabled_endpoints else ROUTES.get(path)
             if route is None or method not in route[0]:
                 return self._send(404, {"error": {"message": f"{method} {path} not found", "field": "path"}})
             out = route[1](self.app, body)
