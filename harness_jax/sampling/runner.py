@@ -21,6 +21,46 @@ from harness_jax.sampling.planner import StepPlan
 CACHE_KINDS = ("paged", "contiguous")
 
 
+class _Graph:
+    """A graph definition as a jit static argument: hashed once, and one object per distinct
+    graph (``_canonical``), so engines serving the same model share compiled programs while a
+    call's cache lookup costs an identity check, not a walk over the graph."""
+
+    def __init__(self, graphdef):
+        self.graphdef, self._hash = graphdef, hash(graphdef)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other or (isinstance(other, _Graph) and self._hash == other._hash
+                                 and self.graphdef == other.graphdef)
+
+
+_GRAPHS: dict = {}
+
+
+def _canonical(graphdef) -> _Graph:
+    g = _Graph(graphdef)
+    return _GRAPHS.setdefault(g, g)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1), donate_argnums=(3,))
+def _mixed(graph: _Graph, attn_impl, state, cache, groups, sampling):
+    return programs.mixed_step(graph.graphdef, attn_impl, state, cache, groups, sampling)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(4,))
+def _decode(graph: _Graph, n_steps, attn_impl, state, cache, tok, active, budget, stop, sampling):
+    return programs.decode_loop(graph.graphdef, n_steps, attn_impl, state, cache, tok, active, budget, stop, sampling)
+
+
+@functools.partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
+def _reset(paged: bool, cache, mask):
+    from harness_jax.models import qwen3_5
+    return (qwen3_5.reset_paged_rows if paged else qwen3_5.reset_cache_rows)(cache, mask)
+
+
 class DeviceRunner:
     """Cache and programs of one engine.
 
@@ -45,11 +85,7 @@ class DeviceRunner:
         self.max_slots, self.max_len = max_slots, max_len
         self.cache_dtype, self.page_size, self.num_pages = cache_dtype, page_size, num_pages
         self.mesh, self.rules, self.devices = mesh, rules, devices
-        self._extend = jax.jit(functools.partial(programs.mixed_step, graphdef, attn_impl), donate_argnums=(1,))
-        self._decode = jax.jit(functools.partial(programs.decode_loop, graphdef, decode_steps, attn_impl),
-                               donate_argnums=(1,))
-        paged = cache_kind == "paged"
-        self._reset = jax.jit(qwen3_5.reset_paged_rows if paged else qwen3_5.reset_cache_rows, donate_argnums=(0,))
+        self._graph, self._attn_impl, self._steps = _canonical(graphdef), attn_impl, int(decode_steps)
         self._table_sharding = None
         self.cache = self.new_cache()
 
@@ -86,7 +122,7 @@ class DeviceRunner:
     def reset(self, rows) -> None:
         mask = np.zeros((self.max_slots,), dtype=bool)
         mask[list(rows)] = True
-        self.cache = self._reset(self.cache, jnp.asarray(mask))
+        self.cache = _reset(self.cache_kind == "paged", self.cache, jnp.asarray(mask))
 
     def set_block_tables(self, table: np.ndarray) -> None:
         self.cache = dataclasses.replace(self.cache, block_tables_BM=jax.device_put(table, self._table_sharding))
@@ -101,10 +137,11 @@ class DeviceRunner:
         """Starts ``plan`` on the device; returns its (device) outputs without waiting."""
         a = self._put(plan.arrays)
         if plan.mixed:
-            tok, lp, self.cache = self._extend(plan.state, self.cache, a["groups"], a["sampling"])
+            tok, lp, self.cache = _mixed(self._graph, self._attn_impl, plan.state, self.cache, a["groups"],
+                                         a["sampling"])
             return dict(tok=tok, lp=lp)
-        tok, lp, em, carry, self.cache = self._decode(plan.state, self.cache, a["tok"], a["active"], a["budget"],
-                                                      a["stop"], a["sampling"])
+        tok, lp, em, carry, self.cache = _decode(self._graph, self._steps, self._attn_impl, plan.state, self.cache,
+                                                 a["tok"], a["active"], a["budget"], a["stop"], a["sampling"])
         return dict(tok=tok, lp=lp, emitted=em, carry=carry)
 
     @staticmethod
@@ -115,12 +152,12 @@ class DeviceRunner:
     def lower_decode(self, plan: StepPlan):
         """The lowered decode program for ``plan``'s shapes (HLO checks, memory analysis)."""
         a = self._put(plan.arrays)
-        return self._decode.lower(plan.state, self.cache, a["tok"], a["active"], a["budget"], a["stop"],
-                                  a["sampling"])
+        return _decode.lower(self._graph, self._steps, self._attn_impl, plan.state, self.cache, a["tok"],
+                             a["active"], a["budget"], a["stop"], a["sampling"])
 
     def lower_mixed(self, plan: StepPlan):
         a = self._put(plan.arrays)
-        return self._extend.lower(plan.state, self.cache, a["groups"], a["sampling"])
+        return _mixed.lower(self._graph, self._attn_impl, plan.state, self.cache, a["groups"], a["sampling"])
 
 
 def default_pages(max_slots: int, max_len: int, page_size: int) -> int:

@@ -172,9 +172,12 @@ def _torch():
 def to_torch(a: np.ndarray):
     """A torch tensor viewing a host array (bf16 through its bits)."""
     torch = _torch()
+    a = np.ascontiguousarray(a)
+    if not a.flags.writeable:   # torch tensors are writable views
+        a = a.copy()
     if a.dtype == jnp.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.uint16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def from_torch(t) -> np.ndarray:
