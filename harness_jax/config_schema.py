@@ -56,6 +56,11 @@ class EnvSection:
                              f"section does not have ({sorted(fields)})")
 
 
+# mesh.chip: accelerators a preset can be sized for, with their HBM (bytes) and bf16 dense peak
+# (FLOP/s) as the vendors state them (train/aot.py budgets, the MFU peak without log.peak_flops)
+CHIP_HBM = {"h100": 80e9, "h200": 141e9, "v5p": 95e9, "v6e": 32e9}
+CHIP_BF16_PEAK = {"h100": 989e12, "h200": 989e12, "v5p": 459e12, "v6e": 918e12}
+
 # model.tokenizer_pretokenizer choices (train/task_tokenizer.py implements them)
 TOKENIZER_PRETOKENIZERS = ("bytelevel", "isolate")
 
@@ -121,8 +126,11 @@ def arch_overrides(model) -> dict:
 
 def runtime_overrides(model) -> dict:
     """Runtime knobs of the model config that come from ``config.model`` (with or without
-    hf_path): rematerialisation and layer scanning."""
-    return dict(remat=model.remat, scan_layers=bool(model.scan_layers))
+    hf_path): rematerialisation, layer scanning, the attention implementation and its tiles, and
+    the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory plan)."""
+    return dict(remat=model.remat, scan_layers=bool(model.scan_layers), attention_impl=model.attention,
+                attention_block_q=int(model.attention_block_q), attention_block_kv=int(model.attention_block_kv),
+                reduce_scatter_dtype=model.reduce_scatter_dtype)
 
 
 def model_config(model):

@@ -140,7 +140,6 @@ def _check_model(config, bad, check_paths):
     m = config.model
     _one_of(bad, "model.dtype", m.dtype, DTYPES)
     _one_of(bad, "model.param_dtype", m.param_dtype, DTYPES)
-    _one_of(bad, "model.remat", m.remat, ("none", "block", "full"))
     _one_of(bad, "model.tokenizer", m.tokenizer, ("qwen", "task_bpe"))
     if m.tokenizer == "task_bpe":
         _one_of(bad, "model.tokenizer_pretokenizer", m.tokenizer_pretokenizer,
@@ -169,6 +168,11 @@ def _check_model(config, bad, check_paths):
         bad("model.preset", m.preset, f"harness_jax.models.qwen3_5 cannot be imported ({e})",
             "fix the model package installation")
         return
+    _one_of(bad, "model.remat", m.remat, qwen3_5.REMAT_POLICIES)
+    _one_of(bad, "model.attention", m.attention, qwen3_5.attention.names())
+    _one_of(bad, "model.reduce_scatter_dtype", m.reduce_scatter_dtype, DTYPES)
+    for f in ("attention_block_q", "attention_block_kv"):
+        _int_at_least(bad, f"model.{f}", m[f], 0)
     if not m.hf_path and m.preset.lower().replace("-", "_").replace(".", "_") not in qwen3_5.presets.names():
         bad("model.preset", m.preset, "unknown model preset",
             f"use one of {', '.join(qwen3_5.presets.names())} or set --config.model.hf_path")
@@ -195,6 +199,7 @@ def _check_mesh(config, bad, num_devices):
             "e.g. --config.mesh.shape='(1,-1,1,1)'")
         return
     _one_of(bad, "mesh.platform", mesh.platform, ("cpu", "gpu", "tpu"))
+    _one_of(bad, "mesh.chip", mesh.chip, ("",) + tuple(config_schema.CHIP_HBM))
     if not (isinstance(mesh.num_devices, int) and (mesh.num_devices == -1 or mesh.num_devices >= 1)):
         bad("mesh.num_devices", mesh.num_devices, "must be -1 (all devices) or >= 1", "e.g. -1")
         return

@@ -37,8 +37,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.tokenizer_cache_dir = ""      # where the packaged Qwen3.5 tokenizer is built once ("" = $HARNESS_JAX_CACHE or ~/.cache/harness_jax)
     c.model.dtype = "float32"             # compute dtype ("float32" | "bfloat16")
     c.model.param_dtype = "float32"       # master parameter dtype (also of weights loaded from hf_path)
-    c.model.remat = "none"                # "none" | "block" | "full" rematerialisation of decoder blocks
+    c.model.remat = "none"                # decoder-layer remat policy: "none" | "full" | "dots" | "offload" (docs/model.md, "Memory plan")
     c.model.scan_layers = False           # scan over repeated layer cycles (compile time O(1) in depth)
+    c.model.attention = "reference"       # attention implementation: "reference" | "xla" | "splash" (TPU) | "pallas_gpu" (GPU)
+    c.model.attention_block_q = 0         # attention query tile (0 = the implementation's default)
+    c.model.attention_block_kv = 0        # attention key/value tile (0 = the implementation's default)
+    c.model.reduce_scatter_dtype = "float32"  # dtype FSDP weight gradients are reduce-scattered in ("float32" | "bfloat16")
 
     # ---------------------------------------------------------------- mesh / sharding
     c.mesh = ml_collections.ConfigDict()
@@ -47,6 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.rules = config_dict.placeholder(tuple)  # logical-axis rules ((logical, mesh_axis|None), ...); None = harness_jax.sharding.TRAIN_RULES
     c.mesh.num_devices = -1               # devices the run uses: the first N of jax.devices() (-1 = all); validated against the mesh
     c.mesh.platform = "cpu"               # target platform ("cpu" | "gpu" | "tpu"); "cpu" with log.peak_flops=0 measures the MFU peak
+    c.mesh.chip = ""                      # accelerator the preset is sized for ("h100" | "h200" | "v5p" | "v6e"; "" = none): its AOT memory budget (train/aot.py) and, without log.peak_flops, the MFU peak
 
     # ---------------------------------------------------------------- rollout engine
     c.rollout = ml_collections.ConfigDict()

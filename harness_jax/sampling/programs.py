@@ -9,13 +9,13 @@ from flax import nnx
 from harness_jax.sampling.sampler import sample_tokens
 
 
-def mixed_step(graphdef, attn_impl, state, cache, groups, sampling):
+def mixed_step(graphdef, paged_impl, state, cache, groups, sampling):
     """One call over row groups (``(tokens_BT, num_new_B, slots_B)`` each: decode rows and/or
     prefill chunks); samples one token per row from its last new position. ``sampling``: the
     (temperature, top_p, top_k, min_p, seed, step) arrays of all groups' rows, concatenated.
     Returns ``(tok_R, lp_R, cache)`` over the concatenated rows."""
     model = nnx.merge(graphdef, state)
-    hidden, cache = model.extend_groups_hidden(groups, cache, attn_impl)
+    hidden, cache = model.extend_groups_hidden(groups, cache, paged_impl)
     last = []
     for h_BTD, (_, num_new_B, _) in zip(hidden, groups):
         i_B = jnp.maximum(num_new_B - 1, 0)
@@ -26,7 +26,7 @@ def mixed_step(graphdef, attn_impl, state, cache, groups, sampling):
     return tok_R, lp_R, cache
 
 
-def decode_loop(graphdef, n_steps, attn_impl, state, cache, tok_B, active_B, budget_B, stop_BS, sampling):
+def decode_loop(graphdef, n_steps, paged_impl, state, cache, tok_B, active_B, budget_B, stop_BS, sampling):
     """``n_steps`` decode steps over every slot; a row stops (feeds nothing more) after a stop id
     or its budget. Returns the tokens, log-probs and emitted flags per step, the carry a next
     decode step continues from (last token, active, budget, step of each row) and the cache."""
@@ -35,7 +35,7 @@ def decode_loop(graphdef, n_steps, attn_impl, state, cache, tok_B, active_B, bud
 
     def body(carry, j):
         cache, tok_B, active_B, budget_B = carry
-        logits_BTV, cache = model.extend(tok_B[:, None], cache, active_B.astype(jnp.int32), attn_impl=attn_impl)
+        logits_BTV, cache = model.extend(tok_B[:, None], cache, active_B.astype(jnp.int32), paged_impl=paged_impl)
         new_B, lp_B = sample_tokens(logits_BTV[:, 0], temp_B, top_p_B, top_k_B, min_p_B, seed_B,
                                     step0_B + j)
         emitted_B = active_B

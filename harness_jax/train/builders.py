@@ -43,14 +43,16 @@ def _model_kwargs(config, cfg, mesh):
     return kw
 
 
-def abstract_model(config, mesh, cfg=None):
-    """The policy without weights (``nnx.eval_shape``): shapes and dtypes only."""
+def abstract_model(config, mesh, cfg=None, rules=None):
+    """The policy without weights (``nnx.eval_shape``): shapes and dtypes only, on ``mesh``
+    (activations pinned to batch sharding, weights gathered per layer in the compute dtype)."""
     from flax import nnx
     from harness_jax.models import qwen3_5
 
     cfg = model_config(config) if cfg is None else cfg
     kw = _model_kwargs(config, cfg, mesh)
-    return nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
+    model = nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
+    return model.set_mesh(mesh, mesh_rules(config) if rules is None else rules)
 
 
 def build_model(config, mesh, rules, cfg=None, *, seed: Optional[int] = None):
@@ -66,8 +68,9 @@ def build_model(config, mesh, rules, cfg=None, *, seed: Optional[int] = None):
     cfg = model_config(config) if cfg is None else cfg
     kw = _model_kwargs(config, cfg, mesh)
     seed = config.seed if seed is None else seed
-    return sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw),
-                                 mesh, rules)
+    model = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw),
+                                  mesh, rules)
+    return model.set_mesh(mesh, rules)
 
 
 def load_hf_model(config, path, mesh, rules):
@@ -83,11 +86,14 @@ def load_hf_model(config, path, mesh, rules):
 
 
 def peak_flops(config) -> float:
-    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else measured on CPU (0 = unknown)."""
+    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else the bf16 dense peak of
+    ``mesh.chip``, else measured on CPU (0 = unknown)."""
     from harness_jax.train import telemetry
 
     if config.log.peak_flops:
         return float(config.log.peak_flops)
+    if config.mesh.chip:
+        return config_schema.CHIP_BF16_PEAK[config.mesh.chip]
     return telemetry.measure_matmul_peak_flops() if config.mesh.platform == "cpu" else 0.0
 
 

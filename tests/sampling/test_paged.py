@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from harness_jax.models import qwen3_5
+from harness_jax.models.qwen3_5 import attention
 from harness_jax.models.qwen3_5 import paged_attention as PA
 from harness_jax.sampling import GenerateRequest, JaxEngine, SamplingParams
 from harness_jax.sampling.pages import PagePool
@@ -49,8 +50,9 @@ def test_pallas_gpu_kernel_lowers_to_triton():
     args = (jax.ShapeDtypeStruct((3, 5, 8, 64), jnp.bfloat16), jax.ShapeDtypeStruct((40, 16, 2, 64), jnp.bfloat16),
             jax.ShapeDtypeStruct((40, 16, 2, 64), jnp.bfloat16), jax.ShapeDtypeStruct((3, 6), jnp.int32),
             jax.ShapeDtypeStruct((3,), jnp.int32), jax.ShapeDtypeStruct((3, 5), jnp.int32))
-    text = PA.paged_attention_jit.trace(*args, scale=0.125, impl="pallas_gpu").lower(
-        lowering_platforms=("cuda",)).as_text()
+    with attention.pallas_interpret(False):
+        text = PA.paged_attention_jit.trace(*args, scale=0.125, impl="pallas_gpu", interpret=False).lower(
+            lowering_platforms=("cuda",)).as_text()
     assert "triton" in text.lower()
     with pytest.raises(ValueError, match="powers of 2"):
         PA.paged_attention_jit(*_ragged_case(jnp.float32, Z=3), scale=0.25, impl="pallas_gpu", interpret=True)
@@ -64,10 +66,10 @@ def test_model_paged_extend_equals_contiguous():
     gd, st = nnx.split(qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0)))
 
     class m:   # the model's two entry points, jitted (eager dispatch is slow)
-        extend = staticmethod(jax.jit(lambda ids, cache, n, attn_impl="auto": nnx.merge(gd, st).extend(
-            ids, cache, n, attn_impl=attn_impl), static_argnames="attn_impl"))
-        extend_groups_hidden = staticmethod(jax.jit(lambda groups, cache, attn_impl="auto": nnx.merge(
-            gd, st).extend_groups_hidden(groups, cache, attn_impl), static_argnames="attn_impl"))
+        extend = staticmethod(jax.jit(lambda ids, cache, n, paged_impl="auto": nnx.merge(gd, st).extend(
+            ids, cache, n, paged_impl=paged_impl), static_argnames="paged_impl"))
+        extend_groups_hidden = staticmethod(jax.jit(lambda groups, cache, paged_impl="auto": nnx.merge(
+            gd, st).extend_groups_hidden(groups, cache, paged_impl), static_argnames="paged_impl"))
 
     rng = np.random.default_rng(1)
     ids = rng.integers(3, 500, size=(3, 40))
@@ -76,14 +78,14 @@ def test_model_paged_extend_equals_contiguous():
     pc = dataclasses.replace(pc, block_tables_BM=jnp.asarray(rng.permutation(50)[:48].reshape(3, 16), jnp.int32))
     n = jnp.asarray([30, 7, 19])
     la, c = m.extend(jnp.asarray(ids[:, :30]), c, n)
-    lb, pc = m.extend(jnp.asarray(ids[:, :30]), pc, n, attn_impl="xla")
+    lb, pc = m.extend(jnp.asarray(ids[:, :30]), pc, n, paged_impl="xla")
     last = (np.asarray(n) - 1)[:, None, None]
     np.testing.assert_allclose(np.take_along_axis(np.asarray(la), last, 1),
                                np.take_along_axis(np.asarray(lb), last, 1), atol=1e-5)
     dec = (jnp.asarray(ids[:, 30:31]), jnp.asarray([0, 1, 0]), jnp.asarray([3, 1, 3]))   # slot 3: padding
     pre = (jnp.asarray(ids[np.array([2, 0]), 30:35]), jnp.asarray([5, 4]), jnp.asarray([2, 0]))
     ha, c = m.extend_groups_hidden((dec, pre), c)
-    hb, pc = m.extend_groups_hidden((dec, pre), pc, attn_impl="xla")
+    hb, pc = m.extend_groups_hidden((dec, pre), pc, paged_impl="xla")
     np.testing.assert_allclose(np.asarray(ha[0])[1], np.asarray(hb[0])[1], atol=1e-5)
     np.testing.assert_allclose(np.asarray(ha[1])[0], np.asarray(hb[1])[0], atol=1e-5)
     np.testing.assert_allclose(np.asarray(ha[1])[1, :4], np.asarray(hb[1])[1, :4], atol=1e-5)

@@ -18,7 +18,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from flax import struct
+from jax.ad_checkpoint import checkpoint_name
 
+from . import attention as A
 from . import kernels as K
 from . import paged_attention as PA
 from .cache import Qwen3_5Cache, Qwen3_5PagedCache
@@ -105,7 +107,9 @@ class LayerCtx:
     cos_BTR: Array
     sin_BTR: Array
     seg_start_BT: Optional[Array] = None     # packed forward: GDN resets
-    attn_mask_BTS: Optional[Array] = None    # query/key mask (S = T without cache, max_len with)
+    segment_ids_BT: Optional[Array] = None   # cache-free forward: attention stays inside a segment (None: one per row)
+    q_positions_BT: Optional[Array] = None   # cache path: position of each new token; attention sees positions <= it
+                                             # (paged cache: -1 for padding tokens)
     write_pos_BT: Optional[Array] = None     # cache path: position of each new token (>= max_len: drop)
     valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
     num_new_B: Optional[Array] = None
@@ -113,9 +117,10 @@ class LayerCtx:
                                              # an out-of-range slot is a padding row: reads 0, writes dropped)
     block_tables_BM: Optional[Array] = None  # paged cache: page ids of each row's slot
     kv_lens_B: Optional[Array] = None        # paged cache: each row's length after this call
-    q_pos_BT: Optional[Array] = None         # paged cache: position of each new token (-1: padding)
     decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
-    attn_impl: str = struct.field(pytree_node=False, default="auto")  # paged_attention impl
+    paged_impl: str = struct.field(pytree_node=False, default="auto")  # paged_attention impl (paged cache)
+    mesh: Optional[jax.sharding.Mesh] = struct.field(pytree_node=False, default=None)  # the model's mesh (set_mesh)
+    rules: Optional[tuple] = struct.field(pytree_node=False, default=None)            # its logical-axis rules
 
 
 def _rows_of(a_L, j, slots_B):
@@ -230,7 +235,7 @@ class Attention(nnx.Module):
         k_BTKH = K.apply_partial_rope(k_BTKH, ctx.cos_BTR, ctx.sin_BTR)
         new_cache = None
         if cache is None:
-            o_BTNH = K.gqa_attention(q_BTNH, k_BTKH, v_BTKH, ctx.attn_mask_BTS, H ** -0.5)
+            k_BSKH, v_BSKH = k_BTKH, v_BTKH
         elif ctx.block_tables_BM is not None:
             o_BTNH, new_cache = self._paged(q_BTNH, k_BTKH, v_BTKH, ctx, cache)
         else:
@@ -245,7 +250,11 @@ class Attention(nnx.Module):
             new_cache = (k_LBSKH, v_LBSKH)
             k_BSKH = _rows_of(k_LBSKH, slot, ctx.slots_B).astype(self.dtype)
             v_BSKH = _rows_of(v_LBSKH, slot, ctx.slots_B).astype(self.dtype)
-            o_BTNH = K.gqa_attention(q_BTNH, k_BSKH, v_BSKH, ctx.attn_mask_BTS, H ** -0.5)
+        if ctx.block_tables_BM is None:
+            o_BTNH = A.attention(q_BTNH, k_BSKH, v_BSKH, impl=cfg.attention_impl, scale=H ** -0.5,
+                                 segment_ids_BT=ctx.segment_ids_BT, q_positions_BT=ctx.q_positions_BT,
+                                 block_q=cfg.attention_block_q, block_kv=cfg.attention_block_kv,
+                                 mesh=ctx.mesh, rules=ctx.rules)
         o_BTF = o_BTNH.reshape(B, T, Nh * H) * jax.nn.sigmoid(gate_BTNH.reshape(B, T, Nh * H))
         return self.o_proj(o_BTF), new_cache
 
@@ -256,7 +265,7 @@ class Attention(nnx.Module):
         L, P, Z, Kv, H = k_LPZKH.shape
         M = ctx.block_tables_BM.shape[1]
         page_BT = jnp.take_along_axis(ctx.block_tables_BM, jnp.clip(ctx.write_pos_BT // Z, 0, M - 1), axis=1)
-        flat_BT = jnp.where(ctx.q_pos_BT >= 0, page_BT * Z + ctx.write_pos_BT % Z, P * Z)   # P*Z: dropped
+        flat_BT = jnp.where(ctx.q_positions_BT >= 0, page_BT * Z + ctx.write_pos_BT % Z, P * Z)   # P*Z: dropped
 
         def put(a_LPZKH, x_BTKH):
             a = a_LPZKH.reshape(L, P * Z, Kv, H).at[slot, flat_BT].set(x_BTKH.astype(a_LPZKH.dtype), mode="drop")
@@ -264,7 +273,7 @@ class Attention(nnx.Module):
 
         k_LPZKH, v_LPZKH = put(k_LPZKH, k_BTKH), put(v_LPZKH, v_BTKH)
         o_BTNH = PA.paged_attention(q_BTNH, k_LPZKH[slot], v_LPZKH[slot], ctx.block_tables_BM, ctx.kv_lens_B,
-                                    ctx.q_pos_BT, scale=H ** -0.5, impl=ctx.attn_impl)
+                                    ctx.q_positions_BT, scale=H ** -0.5, impl=ctx.paged_impl)
         return o_BTNH, (k_LPZKH, v_LPZKH)
 
 
@@ -375,15 +384,45 @@ def layer_cycle(layer_types) -> int:
     return n
 
 
-_REMAT_POLICIES = {
-    "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "full": jax.checkpoint_policies.nothing_saveable,
-}
+LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input (remat "offload")
 
 
-def _run_layer(graphdef, state, x_BTD, ctx, cache):
+def remat_policy(name: str):
+    """The ``jax.checkpoint`` policy of a ``Qwen3_5Config.remat`` name (None for "none")."""
+    cp = jax.checkpoint_policies
+    if name == "none":
+        return None
+    if name == "full":
+        return cp.nothing_saveable
+    if name == "dots":
+        return cp.dots_with_no_batch_dims_saveable
+    if name == "offload":
+        return cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+            offload_src="device", offload_dst="pinned_host")
+    raise ValueError(f"remat {name!r}: use one of none, full, dots, offload")
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightPlan:
+    """How a layer's weights reach its matmuls: cast to ``compute_dtype`` on their FSDP shards,
+    then all-gathered (so the gather moves compute-dtype bytes); the weight-gradient matmuls of
+    ``kernels.linear`` emit ``reduce_dtype``, the dtype their partial sums are reduce-scattered
+    in. Static (hashable): part of the remat'd call's key."""
+    compute_dtype: jnp.dtype
+    reduce_dtype: jnp.dtype
+
+
+def _run_layer(static, state, x_BTD, ctx, cache):
+    graphdef, plan = static
+    x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
+    c0 = ctx[0] if isinstance(ctx, tuple) else ctx     # row groups (an engine step) share mesh and rules
+    if c0.mesh is not None:
+        from harness_jax import sharding as shd
+        state = shd.gather_params_for_compute(state, c0.mesh, c0.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
-    return layer(x_BTD, ctx, cache)
+    with K.weight_grad_dtype(plan.reduce_dtype):
+        return layer(x_BTD, ctx, cache)
 
 
 class TextModel(nnx.Module):
@@ -428,20 +467,46 @@ class TextModel(nnx.Module):
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
+    def compute_weight(self, var):
+        """A weight Variable as the matmul reads it: the compute dtype, gathered over the FSDP
+        axes after the cast when the model has a mesh (``sharding.gather_for_compute``)."""
+        if self.mesh is None:
+            return var[...].astype(self.dtype)
+        from harness_jax import sharding as shd
+        return shd.gather_for_compute(var[...], shd.var_logical_axes(var), self.mesh, self.rules, self.dtype)
+
+    def embed(self, ids_BT):
+        """Token embeddings. On a mesh the table stays sharded over the FSDP axes of its hidden
+        dim: every device looks up all rows' ids in its slice of the table, then the rows go back
+        to batch sharding (an all-to-all of activations, never an all-gather of the [V, D] table;
+        the gradient is a local scatter-add into the shard)."""
+        if self.mesh is None:
+            return self.embed_tokens(ids_BT)
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        from harness_jax import sharding as shd
+        var = self.embed_tokens.weight
+        spec = shd.logical_to_mesh(shd.var_logical_axes(var), self.mesh, self.rules, var.shape)
+        ids_BT = jax.lax.with_sharding_constraint(ids_BT, NamedSharding(self.mesh, P()))
+        x_BTD = jnp.take(var[...].astype(self.dtype), ids_BT, axis=0)
+        x_BTD = jax.lax.with_sharding_constraint(x_BTD, NamedSharding(self.mesh, P(None, None, spec[1])))
+        return self.constrain(x_BTD)
+
     # -------------------------------------------------------------------------------------
     def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
         """Run all decoder layers (unrolled or scanned, with optional remat)."""
         cfg = self.cfg
         run = _run_layer
         if cfg.remat != "none":
-            run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=_REMAT_POLICIES[cfg.remat])
+            run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=remat_policy(cfg.remat))
+        plan = WeightPlan(jnp.dtype(self.dtype), jnp.dtype(cfg.reduce_scatter_dtype))
         slots = _slots(cfg.layer_types)
         if not cfg.scan_layers:
             for i, layer in enumerate(self.layers):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else _layer_cache(cache, t, slots[i])
                 gd, st = nnx.split(layer)
-                x_BTD, nc = run(gd, st, self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
                 if cache is not None:
                     cache = _set_layer_cache(cache, t, nc)
             return x_BTD, cache
@@ -469,7 +534,7 @@ class TextModel(nnx.Module):
                     lc = (cxs[0], cxs[1], fi)
                 else:
                     lc = (cxs[2], cxs[3], li)
-                x_BTD, nc = run(gds[j], states[j], self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
                 if cxs is not None:
                     if types[j] == FULL:
                         cxs = (nc[0], nc[1]) + cxs[2:]
@@ -578,43 +643,46 @@ class Qwen3_5ForCausalLM(nnx.Module):
         cos, sin = K.rope_cos_sin(jnp.asarray(positions), cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section,
                                   cfg.mrope_interleaved)
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
-                       attn_mask_BTS=K.causal_segment_mask(seg_BT))
-        x_BTD = self.model.embed_tokens(input_ids_BT)
+                       segment_ids_BT=None if segment_ids is None else seg_BT, mesh=self.model.mesh,
+                       rules=self.model.rules)
+        x_BTD = self.model.embed(input_ids_BT)
         x_BTD, _ = self.model.decoder(x_BTD, ctx)
         return self.model.constrain(self.model.norm(x_BTD))
 
     def lm_logits(self, hidden_BTD):
-        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
-        w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
+        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk. On a
+        mesh the head is gathered in the compute dtype per call (``TextModel.compute_weight``)."""
+        var = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         mm = K.linear_in_out if self.lm_head is not None and self.lm_head.in_out else K.linear
-        return mm(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
+        with K.weight_grad_dtype(self.config.reduce_scatter_dtype):
+            return mm(hidden_BTD.astype(self.dtype), self.model.compute_weight(var), jnp.float32)
 
     def __call__(self, input_ids_BT, segment_ids=None, positions=None):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
 
     # -------------------------------------------------------------------------------------
-    def extend(self, input_ids_BT, cache, num_new_B=None, slots_B=None, attn_impl: str = "auto"):
+    def extend(self, input_ids_BT, cache, num_new_B=None, slots_B=None, paged_impl: str = "auto"):
         """Append ``num_new_B[b]`` right-padded tokens to row ``b`` of ``cache``.
 
         Positions continue from the cache's lengths; rows with ``num_new_B[b] == 0`` are left
         untouched. Prefill, single-token decode and multi-turn continuation are the same call.
         ``slots_B``: the cache slot of each row (default: row b is slot b; an out-of-range slot
-        marks a padding row). ``attn_impl``: the ``paged_attention`` implementation (paged
+        marks a padding row). ``paged_impl``: the ``paged_attention`` implementation (paged
         caches). Returns ``(logits_BTV fp32, new cache)``; logits at padded slots are meaningless.
         """
-        hidden_BTD, new_cache = self.extend_hidden(input_ids_BT, cache, num_new_B, slots_B, attn_impl)
+        hidden_BTD, new_cache = self.extend_hidden(input_ids_BT, cache, num_new_B, slots_B, paged_impl)
         return self.lm_logits(hidden_BTD), new_cache
 
-    def extend_hidden(self, input_ids_BT, cache, num_new_B=None, slots_B=None, attn_impl: str = "auto"):
+    def extend_hidden(self, input_ids_BT, cache, num_new_B=None, slots_B=None, paged_impl: str = "auto"):
         """``extend`` without the LM head: ``(final-normed hidden_BTD, new cache)``.
 
         Samplers project only the positions they sample from (one per row), which matters with
         a 248k-token vocabulary: a full ``[B, T, V]`` prefill logit tensor is never built.
         """
-        hidden, new_cache = self.extend_groups_hidden(((input_ids_BT, num_new_B, slots_B),), cache, attn_impl)
+        hidden, new_cache = self.extend_groups_hidden(((input_ids_BT, num_new_B, slots_B),), cache, paged_impl)
         return hidden[0], new_cache
 
-    def extend_groups_hidden(self, groups, cache, attn_impl: str = "auto"):
+    def extend_groups_hidden(self, groups, cache, paged_impl: str = "auto"):
         """Several row groups in one call: ``groups`` is a sequence of ``(input_ids_BT,
         num_new_B, slots_B)`` (e.g. decode rows ``[B, 1]`` and prefill chunks ``[B', T]``), whose
         slots are disjoint. Returns ``(tuple of hidden_BTD per group, new cache)``; the layers'
@@ -622,9 +690,9 @@ class Qwen3_5ForCausalLM(nnx.Module):
         ctxs, xs, lengths_B = [], [], cache.lengths_B
         for ids_BT, num_new_B, slots_B in groups:
             ids_BT = jnp.asarray(ids_BT)
-            ctx, num_new_B = self._cache_ctx(ids_BT, cache, num_new_B, slots_B, attn_impl)
+            ctx, num_new_B = self._cache_ctx(ids_BT, cache, num_new_B, slots_B, paged_impl)
             ctxs.append(ctx)
-            xs.append(self.model.embed_tokens(ids_BT))
+            xs.append(self.model.embed(ids_BT))
             lengths_B = (lengths_B + num_new_B if slots_B is None
                          else lengths_B.at[slots_B].add(num_new_B, mode="drop"))
         if len(xs) == 1:
@@ -635,7 +703,7 @@ class Qwen3_5ForCausalLM(nnx.Module):
         new_cache = dataclasses.replace(new_cache, lengths_B=lengths_B)
         return tuple(self.model.norm(h) for h in hidden), new_cache
 
-    def _cache_ctx(self, input_ids_BT, cache, num_new_B, slots_B, attn_impl):
+    def _cache_ctx(self, input_ids_BT, cache, num_new_B, slots_B, paged_impl):
         """The ``LayerCtx`` of one row group appending to ``cache``; and its ``num_new_B``."""
         cfg = self.config
         B, T = input_ids_BT.shape
@@ -655,15 +723,15 @@ class Qwen3_5ForCausalLM(nnx.Module):
         write_BT = jnp.where(valid_BT, pos_BT, S)  # out of range -> dropped
         cos, sin = K.rope_cos_sin(pos_BT, cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section, cfg.mrope_interleaved)
         kw = dict(cos_BTR=cos, sin_BTR=sin, write_pos_BT=write_BT, valid_BT=valid_BT, num_new_B=num_new_B,
-                  slots_B=slots_B, decode=(T == 1), attn_impl=attn_impl)
+                  slots_B=slots_B, decode=(T == 1), paged_impl=paged_impl, mesh=self.model.mesh,
+                  rules=self.model.rules)
         if isinstance(cache, Qwen3_5PagedCache):
             bt_BM = (cache.block_tables_BM if slots_B is None
                      else jnp.take(cache.block_tables_BM, slots_B, axis=0, mode="fill", fill_value=0))
             # rows feeding nothing have no queries: length 0 keeps paged attention off their pages
             return LayerCtx(block_tables_BM=bt_BM, kv_lens_B=jnp.where(num_new_B > 0, len_B + num_new_B, 0),
-                            q_pos_BT=jnp.where(valid_BT, pos_BT, -1), **kw), num_new_B
-        s_S = jnp.arange(S, dtype=jnp.int32)
-        return LayerCtx(attn_mask_BTS=s_S[None, None, :] <= pos_BT[:, :, None], **kw), num_new_B
+                            q_positions_BT=jnp.where(valid_BT, pos_BT, -1), **kw), num_new_B
+        return LayerCtx(q_positions_BT=pos_BT, **kw), num_new_B
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,11 @@ Implementations, chosen by ``impl`` (``"auto"``: ``pallas_tpu`` on TPU, ``pallas
     length repeat its last page (no new DMA) and are skipped;
   * ``pallas_gpu``: a Pallas (Triton) kernel over a ``(row, kv head)`` grid that loops over the
     row's live pages with dynamic loads from the pool.
-Both kernels run on CPU in interpret mode (``interpret=True``), which is how they are tested.
-Scores, softmax statistics and accumulators are fp32 in every implementation.
+Both kernels run in interpret mode where the default backend is CPU (tests), as the attention
+module's kernels do (``attention.pallas_interpret`` overrides it, e.g. to lower for GPU on CPU).
+Scores, softmax statistics and accumulators are fp32 in every implementation. (The attention
+module's registry takes contiguous keys; a paged pool and block tables are a different call, so
+this module keeps its own entry point with the same naming.)
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import attention as A
 from . import kernels as K
 
 F32 = jnp.float32
@@ -50,10 +54,12 @@ def default_impl() -> str:
 
 
 def paged_attention(q_BTNH, k_pages_PZKH, v_pages_PZKH, block_tables_BM, kv_lens_B, q_pos_BT, *,
-                    scale: float, impl: str = "auto", pages_per_block: int = 8, interpret: bool = False):
+                    scale: float, impl: str = "auto", pages_per_block: int = 8, interpret=None):
     """Attention of ``q_BTNH`` over the paged keys/values of each row; returns ``o_BTNH``
-    (in ``q``'s dtype). See the module docstring for the layout and ``impl``."""
+    (in ``q``'s dtype). See the module docstring for the layout and ``impl``. ``interpret``:
+    run a Pallas kernel interpreted (None: ``attention.interpret_pallas()``)."""
     impl = default_impl() if impl == "auto" else impl
+    interpret = A.interpret_pallas() if interpret is None else bool(interpret)
     if impl not in IMPLS:
         raise ValueError(f"paged_attention: impl={impl!r}; use 'auto' or one of {IMPLS}")
     if q_BTNH.shape[2] % k_pages_PZKH.shape[2]:
@@ -268,7 +274,7 @@ def _pallas_gpu(q_BTNH, k_PZKH, v_PZKH, bt_BM, kv_lens_B, q_pos_BT, scale, inter
 
 @functools.partial(jax.jit, static_argnames=("scale", "impl", "pages_per_block", "interpret"))
 def paged_attention_jit(q_BTNH, k_pages_PZKH, v_pages_PZKH, block_tables_BM, kv_lens_B, q_pos_BT, *,
-                        scale: float, impl: str = "auto", pages_per_block: int = 8, interpret: bool = False):
+                        scale: float, impl: str = "auto", pages_per_block: int = 8, interpret=None):
     """``paged_attention`` as one jitted call (tests, benchmarks, lowering checks)."""
     return paged_attention(q_BTNH, k_pages_PZKH, v_pages_PZKH, block_tables_BM, kv_lens_B, q_pos_BT,
                            scale=scale, impl=impl, pages_per_block=pages_per_block, interpret=interpret)
