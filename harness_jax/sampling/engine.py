@@ -137,8 +137,7 @@ class JaxEngine(RolloutEngine):
         self._sched = Scheduler(self.max_slots, self.max_len, vocab_size=getattr(self.config, "vocab_size", None),
                                 eos_token_ids=self.eos_token_ids, tokenizer=tokenizer, seed=seed,
                                 state=self._weights.state, version=weight_version, pool=pool)
-        most = min(prefill_rows, self.max_slots)
-        rows = tuple(sorted({most} | {4 ** i for i in range(8) if 4 ** i < most}))   # 1, 4, 16, ..., most
+        rows = tuple(sorted({1, min(prefill_rows, self.max_slots)}))   # one prompt, or up to prefill_rows
         self.token_budget = int(token_budget) or self.prefill_buckets[-1] + self.max_slots
         self._planner = Planner(self._sched, max_slots=self.max_slots, max_len=self.max_len,
                                 decode_steps=self.decode_steps, chunk_buckets=self.prefill_buckets,
@@ -418,32 +417,7 @@ class JaxEngine(RolloutEngine):
         return self._runner.dispatch(plan)
 
     def _process(self, plan: StepPlan, out: dict) -> None:
-        """Reads a step back and turns its tokens into results. A row whose request ended or
-        was aborted while the step ran had its tokens fed for nothing: its state is forgotten."""
+        """Reads a step back (waits for it) and hands its tokens to the scheduler."""
         r = self._runner.read(out)
-        sched = self._sched
-        with sched.cv:
-            if not plan.mixed:
-                sched.stats["steps_decode"] += 1
-                sched.stats["steps_chained"] += int(plan.chained)
-                for s, act in plan.decode:
-                    n = int(r["emitted"][:, s.idx].sum())
-                    if s.active is act:
-                        sched.emit(s, [int(t) for t in r["tok"][:n, s.idx]],
-                                   [float(x) for x in r["lp"][:n, s.idx]], plan.version)
-                    elif n and s.active is None:
-                        sched.forget(s)
-                return
-            sched.stats["steps_prefill"] += 1
-            for s, act in plan.decode:
-                if s.active is act:
-                    sched.emit(s, [int(r["tok"][s.idx])], [float(r["lp"][s.idx])], plan.version)
-            off = self.max_slots                  # prefill rows follow the (always present) decode group
-            for i, (s, act, n) in enumerate(plan.prefill):
-                if s.active is not act:
-                    continue
-                s.fed.extend(act.pending[:n])
-                sched.stats["tokens_prefilled"] += n
-                act.pending = act.pending[n:]
-                if not act.pending:
-                    sched.emit(s, [int(r["tok"][off + i])], [float(r["lp"][off + i])], plan.version)
+        with self._sched.cv:
+            self._sched.apply_step(plan, r)

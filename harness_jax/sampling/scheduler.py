@@ -384,3 +384,33 @@ class Scheduler:
         for s in self.slots:
             self.forget(s)
         return True
+
+    # ------------------------------------------------------------------------ step results
+    def apply_step(self, plan, r: dict) -> None:
+        """Turns a step's sampled tokens (``r``: host arrays) into results (under the lock). A
+        row whose request ended or was aborted while the step ran had its tokens fed for
+        nothing: its state is forgotten."""
+        if not plan.mixed:
+            self.stats["steps_decode"] += 1
+            self.stats["steps_chained"] += int(plan.chained)
+            for s, act in plan.decode:
+                n = int(r["emitted"][:, s.idx].sum())
+                if s.active is act:
+                    self.emit(s, [int(t) for t in r["tok"][:n, s.idx]], [float(x) for x in r["lp"][:n, s.idx]],
+                              plan.version)
+                elif n and s.active is None:
+                    self.forget(s)
+            return
+        self.stats["steps_prefill"] += 1
+        for s, act in plan.decode:
+            if s.active is act:
+                self.emit(s, [int(r["tok"][s.idx])], [float(r["lp"][s.idx])], plan.version)
+        off = self.max_slots                     # prefill rows follow the (always present) decode group
+        for i, (s, act, n) in enumerate(plan.prefill):
+            if s.active is not act:
+                continue
+            s.fed.extend(act.pending[:n])
+            self.stats["tokens_prefilled"] += n
+            act.pending = act.pending[n:]
+            if not act.pending:
+                self.emit(s, [int(r["tok"][off + i])], [float(r["lp"][off + i])], plan.version)

@@ -277,5 +277,7 @@ class TrainerGroup:
             raise RuntimeError(f"weights update group did not form: {self._err!r}")
 
     def broadcast(self, bucket: list) -> None:
+        """Sends one bucket's tensors in order (to the GPU first for NCCL)."""
         for _, a in bucket:
-            self._pg.broadcast(to_torch(a), 0).wait()
+            t = to_torch(a)
+            self._pg.broadcast(t.cuda() if self.backend == "nccl" else t, 0).wait()
