@@ -93,7 +93,8 @@ def workers_section() -> ml_collections.ConfigDict:
 # ---------------------------------------------------------------------------------------------
 def arch_section() -> ml_collections.ConfigDict:
     """``config.model.arch``: Qwen3_5Config fields replacing the preset's (None = keep the
-    preset's value; ignored with ``model.hf_path``, whose config.json is the truth)."""
+    preset's value; ignored with ``model.hf_path``, whose config.json is the truth, except the
+    kernel choices at the end, which are not architecture)."""
     a = ml_collections.ConfigDict()
     a.vocab_size = config_dict.placeholder(int)              # vocabulary rows (>= the tokenizer's size)
     a.hidden_size = config_dict.placeholder(int)             # model width
@@ -115,7 +116,16 @@ def arch_section() -> ml_collections.ConfigDict:
     a.max_position_embeddings = config_dict.placeholder(int)  # longest sequence the RoPE tables cover
     a.eos_token_id = config_dict.placeholder(int)            # end-of-turn token id of the tokenizer
     a.pad_token_id = config_dict.placeholder(int)            # padding token id of the tokenizer
+    # kernel choices (runtime knobs: they also apply with model.hf_path; docs/model.md)
+    a.gdn_impl = config_dict.placeholder(str)                # Gated DeltaNet: "jnp" (lax.scan reference) | "pallas" (TPU Mosaic / GPU Triton kernels)
+    a.moe_impl = config_dict.placeholder(str)                # MoE: "auto" (expert parallel on a multi-device mesh) | "ep" | "sorted" | "dense"
+    a.moe_capacity_factor = config_dict.placeholder(float)   # expert parallel: 0 = dropless, else rows per device pair = factor * rows / ep (drops counted)
+    a.moe_dispatch = config_dict.placeholder(str)            # expert parallel: "all_to_all" (padded; any backend) | "ragged" (ragged_all_to_all; TPU/GPU)
+    a.moe_gmm = config_dict.placeholder(str)                 # grouped matmul: "auto" | "ragged_dot" | "blocked"
     return a
+
+
+KERNEL_FIELDS = ("gdn_impl", "moe_impl", "moe_capacity_factor", "moe_dispatch", "moe_gmm")
 
 
 def arch_overrides(model) -> dict:
@@ -126,11 +136,13 @@ def arch_overrides(model) -> dict:
 
 def runtime_overrides(model) -> dict:
     """Runtime knobs of the model config that come from ``config.model`` (with or without
-    hf_path): rematerialisation, layer scanning, the attention implementation and its tiles, and
-    the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory plan)."""
+    hf_path): rematerialisation, layer scanning, the attention implementation and its tiles, the
+    dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory plan), and the set
+    kernel choices of ``model.arch`` (Gated DeltaNet, MoE)."""
+    kernels = {k: v for k, v in arch_overrides(model).items() if k in KERNEL_FIELDS}
     return dict(remat=model.remat, scan_layers=bool(model.scan_layers), attention_impl=model.attention,
                 attention_block_q=int(model.attention_block_q), attention_block_kv=int(model.attention_block_kv),
-                reduce_scatter_dtype=model.reduce_scatter_dtype)
+                reduce_scatter_dtype=model.reduce_scatter_dtype, **kernels)
 
 
 def model_config(model):

@@ -177,6 +177,9 @@ def _check_model(config, bad, check_paths):
         bad("model.preset", m.preset, "unknown model preset",
             f"use one of {', '.join(qwen3_5.presets.names())} or set --config.model.hf_path")
         return
+    if m.arch.moe_dispatch == "ragged" and config.mesh.platform == "cpu":
+        bad("model.arch.moe_dispatch", m.arch.moe_dispatch, "ragged_all_to_all is not implemented by XLA:CPU",
+            "use --config.model.arch.moe_dispatch=all_to_all on CPU (ragged needs mesh.platform tpu or gpu)")
     if m.hf_path and not check_paths:
         return
     try:

@@ -129,6 +129,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rl.kl_estimator = "k3"              # KL estimator (rl.losses.KL_ESTIMATORS): "k1" | "k2" | "k3"
     c.rl.kl_clamp = 10.0                  # per-token KL estimate clamped to [-kl_clamp, kl_clamp]
     c.rl.entropy_coef = 0.0               # entropy bonus
+    c.rl.router_aux_loss = True           # MoE models: add router_aux_loss_coef (from the model config; Qwen3.5: 0.001) x the router load-balancing loss
     c.rl.epochs = 1                       # passes over each rollout batch
     c.rl.mini_batches = 1                 # optimizer steps per epoch
     c.rl.micro_batches = 1                # gradient accumulation inside a mini-batch

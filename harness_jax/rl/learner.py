@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from harness_jax import sharding as hsharding
 from harness_jax.rl import losses, perf
 from harness_jax.rl.batch import TrainBatch
-from harness_jax.rl.logprobs import token_logprobs
+from harness_jax.rl.logprobs import logprobs_from_hidden, token_logprobs
 
 
 
@@ -89,6 +89,7 @@ class LearnerConfig:
     temperature: float = 1.0                   # the rollout engine's sampling temperature
     logit_chunk: int = 512                     # positions per LM-head chunk (0 = all at once)
     compute_entropy: bool = False              # log entropy (costs one more pass over the vocab)
+    router_aux_coef: float = 0.0               # MoE: coefficient of the router load-balancing loss (rl.losses.load_balancing_loss); its metrics are logged either way
     peak_flops_per_device: float = 0.0         # for MFU; 0 = not reported
     seed: int = 0
 
@@ -222,6 +223,7 @@ class Learner:
                      jax.tree.map(lambda x: put_global(x, self.replicated), rest))
         n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.to_pure_dict(params_state)))
         self.num_params = int(n_params)
+        self.is_moe = bool(getattr(getattr(model, "config", None), "is_moe", False))
         self.flops_per_token = flops_per_token or perf.flops_per_token_fn(
             getattr(model, "config", None), self.num_params)
         self.policy_version = 0
@@ -315,6 +317,19 @@ class Learner:
                               positions_BT=mb["positions"], temperature=self.cfg.temperature,
                               chunk_size=self.cfg.logit_chunk, with_entropy=with_entropy)
 
+    def _logp_and_router(self, params, mb, with_entropy=False):
+        """``(logp, entropy, router stats)``; the stats only for MoE models (None otherwise), with
+        padding (segment id 0) left out of them."""
+        model = self.model(params)
+        if not self.is_moe:
+            return (*self._logp(params, mb, with_entropy), None)
+        hidden, stats = model.hidden_states_with_router_stats(mb["input_ids"], segment_ids=mb["segment_ids"],
+                                                              positions=mb["positions"],
+                                                              token_mask=mb["segment_ids"] > 0)
+        logp, ent = logprobs_from_hidden(model.lm_logits, hidden, mb["target_ids"], temperature=self.cfg.temperature,
+                                         chunk_size=self.cfg.logit_chunk, with_entropy=with_entropy)
+        return logp, ent, stats
+
     def _micro(self, x, M):
         """[R, ...] -> [M, R/M, ...], micro-batch m = rows m, M+m, ... (keeps rows spread
         over the data-parallel devices)."""
@@ -337,7 +352,8 @@ class Learner:
     def _loss(self, params, mb, denom, cfg: Optional[LearnerConfig] = None):
         """Micro-batch loss (its sum over the global denominator) and metric terms."""
         cfg = self.cfg if cfg is None else cfg
-        logp_BT, ent_BT = self._logp(params, mb, with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
+        logp_BT, ent_BT, router = self._logp_and_router(params, mb,
+                                                         with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
         if cfg.mode == "sft":
             mask = mb["loss_mask"]
             # the aggregation decides how tokens are weighted (token_mean: each batch's token
@@ -353,7 +369,12 @@ class Learner:
                 logp_BT, mb["old_logp"], mb["rollout_logp"], mb["advantages"], mb["loss_mask"], cfg.loss,
                 segment_ids_BT=mb["segment_ids"], ref_logp_BT=mb.get("ref_logp"), entropy_BT=ent_BT,
                 denom=denom)
-        return s / denom, m
+        loss = s / denom
+        if router is not None:   # MoE: the micro-batch's load-balancing loss, averaged over micro-batches
+            lb, rm = losses.router_terms(router.counts_X, router.probs_X, router.tokens, router.dropped)
+            loss = loss + cfg.router_aux_coef * lb / cfg.num_micro_batches
+            m.update(rm)
+        return loss, m
 
     def _denominator(self, batch):
         _, d = losses.token_weights(batch["loss_mask"], batch["segment_ids"], agg=self.cfg.loss.agg,

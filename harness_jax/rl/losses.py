@@ -394,6 +394,34 @@ def sft_loss(logp_BT, mask_BT):
 
 
 # ----------------------------------------------------------------------------------------------
+# MoE router load balancing
+# ----------------------------------------------------------------------------------------------
+def load_balancing_loss(counts_X, probs_X, rows):
+    """Qwen3.5-MoE's auxiliary loss (Switch Transformer; transformers' ``load_balancing_loss_func``):
+    ``X * sum_x (assignments_x / rows) * (router probability mass_x / rows)``, where the sums run
+    over the valid tokens of every MoE layer and ``rows`` counts (token, layer) pairs. Equals
+    ``top_k`` when every expert gets the same share of assignments and probability."""
+    rows = jnp.maximum(jnp.asarray(rows, jnp.float32), 1.0)
+    X = counts_X.shape[-1]
+    return X * jnp.sum((counts_X / rows) * (probs_X / rows))
+
+
+def router_terms(counts_X, probs_X, rows, dropped):
+    """``(load-balancing loss, metrics)`` of one micro-batch's router statistics (``moe.MoeStats``
+    fields): the loss as a (sum, count) mean over micro-batches, the fraction of routed rows the
+    expert capacity dropped, and the most loaded expert's share over the mean share."""
+    lb = load_balancing_loss(counts_X, probs_X, rows)
+    routed = jnp.sum(counts_X)
+    sg = jax.lax.stop_gradient
+    m: Metrics = {
+        "moe/load_balancing_loss": (sg(lb), jnp.ones((), jnp.float32)),
+        "moe/dropped_frac": (sg(dropped), routed),
+        "max/moe/expert_load": sg(jnp.max(counts_X) / jnp.maximum(jnp.mean(counts_X), 1e-12)),
+    }
+    return lb, m
+
+
+# ----------------------------------------------------------------------------------------------
 # metric plumbing
 # ----------------------------------------------------------------------------------------------
 def safe_div(s, d):

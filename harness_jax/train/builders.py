@@ -36,11 +36,8 @@ def mesh_rules(config):
     return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in config.mesh.rules)
 
 
-def _model_kwargs(config, cfg, mesh):
-    kw = dict(dtype=DTYPES[config.model.dtype], param_dtype=DTYPES[config.model.param_dtype])
-    if cfg.is_moe:   # the sorted MoE path does not partition over a multi-device mesh (docs/model.md)
-        kw["moe_impl"] = "dense" if mesh.size > 1 else "sorted"
-    return kw
+def _model_kwargs(config):
+    return dict(dtype=DTYPES[config.model.dtype], param_dtype=DTYPES[config.model.param_dtype])
 
 
 def abstract_model(config, mesh, cfg=None, rules=None):
@@ -50,7 +47,7 @@ def abstract_model(config, mesh, cfg=None, rules=None):
     from harness_jax.models import qwen3_5
 
     cfg = model_config(config) if cfg is None else cfg
-    kw = _model_kwargs(config, cfg, mesh)
+    kw = _model_kwargs(config)
     model = nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
     return model.set_mesh(mesh, mesh_rules(config) if rules is None else rules)
 
@@ -66,11 +63,10 @@ def build_model(config, mesh, rules, cfg=None, *, seed: Optional[int] = None):
     if config.model.hf_path:
         return load_hf_model(config, config.model.hf_path, mesh, rules)
     cfg = model_config(config) if cfg is None else cfg
-    kw = _model_kwargs(config, cfg, mesh)
+    kw = _model_kwargs(config)
     seed = config.seed if seed is None else seed
-    model = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw),
-                                  mesh, rules)
-    return model.set_mesh(mesh, rules)
+    model = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw), mesh, rules)
+    return model.set_mesh(mesh, rules)   # as load_hf does: block-boundary batch sharding, MoE expert parallelism
 
 
 def load_hf_model(config, path, mesh, rules):
@@ -79,10 +75,8 @@ def load_hf_model(config, path, mesh, rules):
     from harness_jax.models import qwen3_5
 
     logging.info("loading policy weights from %s", path)
-    cfg = qwen3_5.Qwen3_5Config.from_hf(str(path))
     return qwen3_5.load_hf(str(path), dtype=config.model.dtype, param_dtype=config.model.param_dtype, mesh=mesh,
-                           rules=rules, config_overrides=config_schema.runtime_overrides(config.model),
-                           moe_impl=_model_kwargs(config, cfg, mesh).get("moe_impl"))
+                           rules=rules, config_overrides=config_schema.runtime_overrides(config.model))
 
 
 def peak_flops(config) -> float:
@@ -116,13 +110,15 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
     from harness_jax.rl.learner import LearnerConfig
 
     rl = config.rl
+    # MoE: Qwen3.5's router load-balancing loss at the model config's coefficient (0 for dense models)
+    router_aux = float(model_config(config).router_aux_loss_coef) if rl.router_aux_loss else 0.0
     if mode == "sft":
         s = config.sft
         opt = _optimizer(config, lr=s.lr, schedule=s.schedule, warmup_steps=s.warmup_steps, total_steps=s.steps)
         return LearnerConfig(mode="sft", opt=opt, num_micro_batches=rl.micro_batches, num_mini_batches=1,
                              num_epochs=1, shuffle=False, logit_chunk=rl.logit_chunk,
                              loss=losses.PolicyLossConfig(agg=sft_agg, norm_constant=float(sft_norm_constant)),
-                             peak_flops_per_device=peak_flops, seed=config.seed)
+                             peak_flops_per_device=peak_flops, seed=config.seed, router_aux_coef=router_aux)
     loss = losses.PolicyLossConfig(
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None,
         tis_mode=rl.tis_mode, tis_cap=rl.tis_cap, tis_low=rl.tis_low, tis_high=rl.tis_high, agg=rl.agg,
@@ -134,7 +130,7 @@ def learner_config(config, mode: str = "grpo", *, peak_flops: float = 0.0, sft_a
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
                          temperature=config.rollout.temperature, peak_flops_per_device=peak_flops,
-                         seed=config.seed)
+                         seed=config.seed, router_aux_coef=router_aux)
 
 
 def pack_config(config, row_multiple: int):

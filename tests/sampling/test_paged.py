@@ -92,6 +92,40 @@ def test_model_paged_extend_equals_contiguous():
     assert np.asarray(c.lengths_B).tolist() == np.asarray(pc.lengths_B).tolist() == [34, 8, 24]
 
 
+def test_moe_model_row_groups_equal_separate_calls_and_route_only_valid_tokens():
+    """An MoE model (scanned) on a paged cache: one call with two row groups (decode rows with a
+    padding slot beside right-padded prefill chunks) equals the groups' separate calls, and the
+    routers count exactly the valid tokens of every MoE layer (padding is masked out)."""
+    cfg = qwen3_5.presets.get("tiny_moe", scan_layers=True)
+    gd, st = nnx.split(qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0)))
+
+    @jax.jit
+    def groups_call(groups, cache):
+        m = nnx.merge(gd, st)
+        ctxs = tuple(m._cache_ctx(jnp.asarray(ids), cache, n, s, "xla")[0] for ids, n, s in groups)
+        xs = tuple(m.model.embed(jnp.asarray(ids)) for ids, _, _ in groups)
+        _, _, stats = m.model.decoder(xs, ctxs, cache)
+        return m.extend_groups_hidden(groups, cache, "xla"), stats
+
+    one = jax.jit(lambda g, cache: nnx.merge(gd, st).extend_groups_hidden((g,), cache, "xla"))
+    rng = np.random.default_rng(2)
+    ids = rng.integers(3, 500, size=(3, 12))
+    pc = qwen3_5.init_paged_cache(cfg, 3, 32, num_pages=30, page_size=4)
+    pc = dataclasses.replace(pc, block_tables_BM=jnp.asarray(rng.permutation(30)[:24].reshape(3, 8), jnp.int32))
+    _, pc = one((jnp.asarray(ids[:, :6]), jnp.asarray([6, 3, 5]), jnp.asarray([0, 1, 2])), pc)
+    dec = (jnp.asarray(ids[:, 6:7]), jnp.asarray([1, 0, 0]), jnp.asarray([1, 3, 3]))   # slot 3: padding
+    pre = (jnp.asarray(ids[np.array([2, 0]), 6:10]), jnp.asarray([4, 2]), jnp.asarray([2, 0]))
+    (h, c), stats = groups_call((dec, pre), pc)
+    (hd,), c1 = one(dec, pc)
+    (hp,), c2 = one(pre, c1)
+    np.testing.assert_allclose(np.asarray(h[0])[0], np.asarray(hd)[0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(h[1])[0], np.asarray(hp)[0], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(h[1])[1, :2], np.asarray(hp)[1, :2], atol=1e-5)
+    assert np.asarray(c.lengths_B).tolist() == np.asarray(c2.lengths_B).tolist() == [8, 4, 9]
+    assert float(stats.tokens) == (1 + 4 + 2) * cfg.num_hidden_layers
+    assert float(stats.counts_X.sum()) == (1 + 4 + 2) * cfg.num_hidden_layers * cfg.num_experts_per_tok
+
+
 def test_page_pool_grows_releases_and_refuses():
     pool = PagePool(num_pages=5, page_size=4, max_slots=3, pages_per_slot=4)
     assert pool.grow(0, 9) and pool.owned[0] == [0, 1, 2] and pool.table[0, :3].tolist() == [0, 1, 2]
