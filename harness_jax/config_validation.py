@@ -275,7 +275,32 @@ def _check_rollout(config, bad):
     if not buckets or not all(isinstance(b, int) and b >= 1 for b in buckets):
         bad("rollout.prefill_buckets", buckets, "needs positive integer chunk lengths", "e.g. '(32, 128, 512)'")
     _int_at_least(bad, "rollout.decode_steps", r.decode_steps, 1)
-    _one_of(bad, "rollout.cache_dtype", r.cache_dtype, DTYPES)
+    _check_engine_and_sync(r, bad)
+
+
+def _check_engine_and_sync(r, bad):
+    """The embedded engine's cache / serving fields and the disaggregated weight sync's."""
+    from harness_jax.models.qwen3_5.paged_attention import IMPLS
+    from harness_jax.sampling.runner import CACHE_KINDS
+    from harness_jax.sampling.weight_sync import SYNC_METHODS
+    _one_of(bad, "rollout.cache_dtype", r.cache_dtype, ("auto",) + DTYPES)
+    _one_of(bad, "rollout.cache_kind", r.cache_kind, CACHE_KINDS)
+    _one_of(bad, "rollout.attention_impl", r.attention_impl, ("auto",) + IMPLS)
+    _int_at_least(bad, "rollout.page_size", r.page_size, 1)
+    _int_at_least(bad, "rollout.kv_pages", r.kv_pages, 0)
+    _int_at_least(bad, "rollout.token_budget", r.token_budget, 0)
+    _int_at_least(bad, "rollout.prefill_rows", r.prefill_rows, 1)
+    _int_at_least(bad, "rollout.serve_tensor_parallel", r.serve_tensor_parallel, 1)
+    if (r.cache_kind == "paged" and isinstance(r.kv_pages, int) and isinstance(r.page_size, int) and r.page_size > 0
+            and 0 < r.kv_pages * r.page_size < r.max_len):
+        bad("rollout.kv_pages", r.kv_pages, f"{r.kv_pages} pages of {r.page_size} tokens cannot hold one request of "
+            f"max_len={r.max_len}", f"set --config.rollout.kv_pages >= {-(-r.max_len // r.page_size)} (0 = no limit)")
+    if not isinstance(r.overlap, bool):
+        bad("rollout.overlap", r.overlap, "must be True or False", "set --config.rollout.overlap=True")
+    _one_of(bad, "rollout.sync_method", r.sync_method, SYNC_METHODS)
+    _one_of(bad, "rollout.sync_dtype", r.sync_dtype, DTYPES)
+    _one_of(bad, "rollout.sync_group_backend", r.sync_group_backend, ("nccl", "gloo"))
+    _int_at_least(bad, "rollout.sync_bucket_mb", r.sync_bucket_mb, 1)
 
 
 def _check_env(config, bad, allow_test_split, check_paths=True):

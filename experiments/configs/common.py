@@ -57,14 +57,27 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout = ml_collections.ConfigDict()
     c.rollout.mode = "colocated"          # "colocated": embedded JaxEngine on the learner's devices | "disaggregated": SGLang-API servers (SGLang or launch/serve.py)
     c.rollout.server_urls = ()            # disaggregated: base URLs of the servers ("http://host:port", ...)
-    c.rollout.sync_dir = ""               # disaggregated: shared local dir for HF weight exports ("" = <workdir>/weight_sync)
+    c.rollout.sync_dir = ""               # disaggregated: dir for the bf16 weight exports, readable by every server ("" = memory-backed /dev/shm/harness_jax/<name>; servers on other hosts need a shared mount)
+    c.rollout.sync_method = "disk"        # disaggregated weight sync: "disk" (bf16 export + update_weights_from_disk) | "distributed" (update_weights_from_distributed: torch.distributed broadcasts) | "tensor" (update_weights_from_tensor, same host); servers without it fall back to disk
+    c.rollout.sync_dtype = "bfloat16"     # disaggregated weight sync: dtype of the weight matrices sent (1-D parameters keep theirs)
+    c.rollout.sync_bucket_mb = 512        # distributed / tensor weight sync: megabytes of tensors per update call
+    c.rollout.sync_group_backend = "nccl" # distributed weight sync: torch backend of the weights update group ("nccl": GPU servers | "gloo": CPU)
+    c.rollout.sync_group_address = "127.0.0.1"  # distributed weight sync: this host's address, where the servers join the group
     c.rollout.sync_every = 1              # weight sync every N learner steps (1 = on-policy)
     c.rollout.request_timeout_s = 120.0   # disaggregated: per-request HTTP timeout
     c.rollout.max_slots = 16              # embedded engine: concurrent sequences (continuous-batching slots)
     c.rollout.max_len = 2048              # embedded engine: tokens per slot (prompt + all turns)
     c.rollout.prefill_buckets = (32, 128, 512)  # embedded engine: prefill chunk lengths (those < max_len are used)
     c.rollout.decode_steps = 8            # embedded engine: decode tokens per host round trip
-    c.rollout.cache_dtype = "float32"     # embedded engine: KV / recurrent cache dtype ("float32" | "bfloat16")
+    c.rollout.cache_dtype = "auto"        # embedded engine: KV and conv cache dtype ("auto": bfloat16 when mesh.platform is tpu/gpu, else float32 | "float32" | "bfloat16"); the GDN recurrent state is always float32
+    c.rollout.cache_kind = "paged"        # embedded engine KV cache: "paged" (a page pool shared by the slots; memory follows live tokens) | "contiguous" (max_len per slot)
+    c.rollout.page_size = 16              # paged KV cache: tokens per page
+    c.rollout.kv_pages = 0                # paged KV cache: pages in the pool (0 = max_slots * max_len tokens, never preempts; fewer: the youngest request is preempted and recomputed when it runs out)
+    c.rollout.token_budget = 0            # embedded engine: tokens per mixed step, decoding rows' plus prompt chunks (0 = the largest prefill bucket + max_slots)
+    c.rollout.prefill_rows = 8            # embedded engine: most requests prefilling in one mixed step
+    c.rollout.overlap = True              # embedded engine: dispatch the next decode step before the previous one is read back
+    c.rollout.attention_impl = "auto"     # embedded engine paged attention: "auto" (Pallas on tpu/gpu, XLA on cpu) | "xla" | "pallas_tpu" | "pallas_gpu" | "reference"
+    c.rollout.serve_tensor_parallel = 1   # embedded engine serving copy (compute dtype, rebuilt each sync): tensor-parallel degree over the learner's devices (1 = replicated weights, data-parallel rows)
     c.rollout.temperature = 1.0           # sampling temperature for training rollouts (log-probs use the same)
     c.rollout.top_p = 1.0                 # keep 1.0 for unbiased importance ratios
     c.rollout.top_k = -1                  # -1 = off (keep off for training)

@@ -181,7 +181,9 @@ _NOT_IN_KEY = {
     "harness": ("infra_retries", "hook_timeout_s", "hook_workers", "overlay_workers"),
     "rollout": ("mode", "server_urls", "sync_dir", "sync_every", "request_timeout_s", "max_slots",
                 "prefill_buckets", "decode_steps", "cache_dtype", "temperature", "top_p", "top_k",
-                "concurrency"),                          # demonstrations are replayed, not sampled
+                "concurrency", "cache_kind", "page_size", "kv_pages", "token_budget", "prefill_rows", "overlap",
+                "attention_impl", "serve_tensor_parallel", "sync_method", "sync_dtype", "sync_bucket_mb",
+                "sync_group_backend", "sync_group_address"),   # demonstrations are replayed, not sampled
     "rl": ("group_size", "tasks_per_step", "eps_low", "eps_high", "dual_clip", "tis_mode", "tis_cap",
            "tis_low", "tis_high", "agg", "norm_constant", "adv_eps", "adv_scale", "adv_baseline",
            "kl_coef", "kl_estimator", "kl_clamp", "entropy_coef", "epochs", "mini_batches",
