@@ -26,6 +26,7 @@ imports jax, so the test session and every launcher subprocess it starts share o
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import MutableMapping, Optional
 
@@ -84,3 +85,20 @@ def enable() -> Optional[str]:
             name = k.lower()
             jax.config.update(name, float(v) if "SECS" in k else int(v))
     return path
+
+
+@contextlib.contextmanager
+def bypassed():
+    """Compilations inside run for real (nothing read from or written to the persistent cache):
+    for code that inspects what the compiler does, e.g. XLA's pass dumps, which a cache hit skips."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    cc.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+        cc.reset_cache()

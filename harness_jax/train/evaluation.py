@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from typing import Any, Sequence
 
@@ -181,6 +182,18 @@ def load_results(path: str) -> dict:
     return picked[-1]
 
 
+def is_hf_dir(path) -> bool:
+    """Whether ``path`` is a Hugging Face model directory: a ``config.json`` naming a
+    ``model_type`` (a training workdir's ``config.json`` is the run's resolved config)."""
+    f = path / "config.json"
+    if not f.exists():
+        return False
+    try:
+        return "model_type" in json.loads(f.read_text())
+    except ValueError:
+        return False
+
+
 def policy_model(config, checkpoint: str, mesh, rules):
     """``(model, source)``: the policy of ``checkpoint`` on ``mesh`` (an HF directory with
     config.json; a training workdir or checkpoints dir: its latest parameters on the config's
@@ -193,7 +206,7 @@ def policy_model(config, checkpoint: str, mesh, rules):
     from harness_jax.rl.learner import param_shardings
     from harness_jax.train import builders, context
 
-    if checkpoint and (resolve(checkpoint) / "config.json").exists():
+    if checkpoint and is_hf_dir(resolve(checkpoint)):
         return builders.load_hf_model(config, checkpoint, mesh, rules), f"hf:{checkpoint}"
     path = checkpoint or config.model.init_from
     if not path:
