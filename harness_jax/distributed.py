@@ -28,6 +28,7 @@ import os
 from typing import Optional
 
 import jax
+from absl import flags
 
 _FLAGS_DEFINED = False
 
@@ -37,7 +38,6 @@ def define_flags() -> None:
     global _FLAGS_DEFINED
     if _FLAGS_DEFINED:
         return
-    from absl import flags
     flags.DEFINE_string("coordinator_address", None, "host:port of process 0 for jax.distributed")
     flags.DEFINE_integer("num_processes", None, "total number of processes (hosts)")
     flags.DEFINE_integer("process_id", None, "index of this process in [0, num_processes)")
@@ -47,7 +47,6 @@ def define_flags() -> None:
 def _flag(name):
     if not _FLAGS_DEFINED:
         return None
-    from absl import flags
     f = flags.FLAGS
     try:
         return getattr(f, name) if f.is_parsed() else None

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from flax import nnx
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
@@ -142,8 +143,6 @@ def _var_axes(var):
 
 def state_shardings(state, mesh: Mesh, rules=None):
     """Map an nnx State (abstract or concrete) to NamedShardings from each Variable's logical axes."""
-    from flax import nnx
-
     def one(var):
         return var.replace(named_sharding(_var_axes(var), mesh, rules, var.shape))
 
@@ -152,8 +151,6 @@ def state_shardings(state, mesh: Mesh, rules=None):
 
 def shard_model(model, mesh: Mesh, rules=None):
     """Place an existing nnx model's variables onto ``mesh`` per the rules (in place)."""
-    from flax import nnx
-
     state = nnx.state(model)
     sh = state_shardings(state, mesh, rules)
     new = jax.tree.map(lambda v, s: v.replace(jax.device_put(v[...], s[...] if hasattr(s, "get_value") else s)),
@@ -169,8 +166,6 @@ def init_sharded(make_model, mesh: Mesh, rules=None):
     ``Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))``). No full copy of the weights ever exists on
     one device.
     """
-    from flax import nnx
-
     abstract = nnx.eval_shape(make_model)
     graphdef, abs_state = nnx.split(abstract)
     out_sh = state_shardings(abs_state, mesh, rules)
@@ -181,8 +176,6 @@ def init_sharded(make_model, mesh: Mesh, rules=None):
 
 def golden_shardings(state, mesh: Mesh, rules=None) -> dict:
     """{param path: PartitionSpec string} for snapshot tests of the sharding layout."""
-    from flax import nnx
-
     sh = state_shardings(state, mesh, rules)
     out = {}
     for path, v in nnx.to_flat_state(sh):

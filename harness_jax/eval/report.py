@@ -18,11 +18,16 @@ import html
 import os
 import time
 from typing import Callable, Iterable, Optional, Sequence
+import sys
 
 import numpy as np
 
 from harness_jax.eval import tables as tables_lib
 from harness_jax.eval.runs import Run, TablesError
+from harness_jax.eval import runs as runs_lib
+from harness_jax.eval.runs import config_get
+from harness_jax.harness_s.pool import load_pool
+from harness_jax.provenance import repo_root
 
 DEFAULT_CURVES = ("eval/success_rate", "rollout/success_rate", "rollout/reward_mean",
                   "groups/zero_variance_fraction", "rescue/trigger_rate", "rescue/success_rate",
@@ -164,8 +169,6 @@ def pool_paths(runs: Sequence[Run], repo_root: str = "") -> list[str]:
 def plot_complementarity(pool_path: str, path_stem: str, max_tasks: int = 60) -> Optional[list[str]]:
     """Sibling complementarity of a frozen pool: which of H0's validation failures each sibling
     solves (a sibling x task matrix) and how many (``harness_s.pool.pool_report``'s matrix)."""
-    from harness_jax.harness_s.pool import load_pool   # a reader of the pool format (top layer only)
-
     pool = load_pool(pool_path)
     fails = pool.h0_failed_tasks()[:max_tasks]
     if not fails or len(pool) < 2:
@@ -221,7 +224,6 @@ def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence
 
 
 def _repo_root() -> str:
-    from harness_jax.provenance import repo_root
     return repo_root()
 
 
@@ -318,8 +320,6 @@ def generate(paths: Sequence[str], out_dir: Optional[str] = None, *, table: str 
     """``launch/tables.py``: reads the runs under ``paths``, builds the tables of ``table`` (or of
     ``metrics``), writes the report under ``out_dir`` (default ``<first path>/report``).
     Returns ``{"runs", "tables", "markdown", "files"}``."""
-    from harness_jax.eval import runs as runs_lib
-
     wrap = _progress("reading runs") if progress else None
     runs = runs_lib.load_runs(paths, progress=wrap)
     if not any(r.done for r in runs):
@@ -342,8 +342,6 @@ def generate(paths: Sequence[str], out_dir: Optional[str] = None, *, table: str 
 
 
 def _check_rows(rows: Sequence[str], runs: Sequence[Run]) -> None:
-    from harness_jax.eval.runs import config_get
-
     for k in rows:
         if all(k not in r.overrides and config_get(r.config, k) is None for r in runs):
             raise TablesError(f"--rows: {k!r} is a path of no run's config; give dotted config paths "
@@ -351,8 +349,6 @@ def _check_rows(rows: Sequence[str], runs: Sequence[Run]) -> None:
 
 
 def _progress(desc: str) -> Callable[[Iterable], Iterable]:
-    import sys
-
     from tqdm import tqdm
 
     def wrap(it):
@@ -364,6 +360,4 @@ def _progress(desc: str) -> Callable[[Iterable], Iterable]:
 
 def list_metrics(paths: Sequence[str]) -> list[str]:
     """The scalar names the finished runs under ``paths`` hold (``--list_metrics``)."""
-    from harness_jax.eval import runs as runs_lib
-
     return sorted({k for r in runs_lib.load_runs(paths) if r.done for k in r.scalars})

@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Optional, Sequence
 
+from harness_jax.harness.store import TrajectoryStore, episode_diff
+
 
 def _filters(a) -> dict:
     out = {}
@@ -73,8 +75,6 @@ def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
                           "patch_id": res.patch.patch_id if res.patch else None}, indent=2),
               file=out)
         return 0 if res.ok else 1
-
-    from harness_jax.harness.store import TrajectoryStore, episode_diff
 
     store = TrajectoryStore(a.store)
     if a.cmd == "list":

@@ -6,10 +6,12 @@ so ``config_validation.validate`` reports these problems with every other proble
 from __future__ import annotations
 
 import os
+import json
 
 from harness_jax import config_validation
 from harness_jax.config_validation import int_at_least, one_of
 from harness_jax.rl import losses
+from harness_jax.harness_r1 import targets
 
 
 def find_r1_problems(config, check_paths: bool = True) -> list:
@@ -26,11 +28,8 @@ def find_r1_problems(config, check_paths: bool = True) -> list:
 def _check_r1(config, bad):
     """Harness-R1 engineer training (``experiments/configs/harness_r1``): the frozen target, the
     packet dataset, the cold-start teacher, the reward and the table."""
-    import json
-
     r = config.r1
     t = r.target
-    from harness_jax.harness_r1 import targets
 
     if one_of(bad, "r1.target.kind", t.kind, targets.KINDS):
         try:

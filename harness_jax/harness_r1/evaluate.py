@@ -41,6 +41,19 @@ import math
 import os
 from typing import Optional, Sequence
 
+from harness_jax import config_validation
+from harness_jax.envs import registry
+from harness_jax.harness_r1 import engineers, pipeline
+from harness_jax.harness_r1.baseline import BaselineCache, run_sync
+from harness_jax.harness_r1.engineers import ModelEngineer, RuleBasedEngineer
+from harness_jax.harness_r1.packets import PacketDataset, build_packet_dataset
+from harness_jax.harness_r1.reward import RewardCache
+from harness_jax.harness_r1.tables import (Arm, Row, aablate_hooks, apropose, evaluate_arm, success_table,
+                                           table_markdown, transfer)
+from harness_jax.train import builders, rollout
+from harness_jax.train.evaluation import policy_model
+from harness_jax.train.workdir import RunPaths
+
 SCHEMA = "harness-r1-table-v1"
 ARMS = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
 
@@ -48,11 +61,6 @@ ARMS = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
 def model_engineer(config, workdir: str, which: str):
     """``(ModelEngineer, engine)`` of the run's engineer after SFT (``which="sft"``) or GRPO
     (``"grpo"``), greedy, on the config's rollout mode (servers get the weights first)."""
-    from harness_jax.harness_r1.engineers import ModelEngineer
-    from harness_jax.train import builders, rollout
-    from harness_jax.train.evaluation import policy_model
-    from harness_jax.train.workdir import RunPaths
-
     paths = RunPaths.of(workdir)
     ckpt = paths.sft_checkpoints if which == "sft" else paths.checkpoints
     if not ckpt.exists():
@@ -73,9 +81,6 @@ def model_engineer(config, workdir: str, which: str):
 
 def make_arm(config, workdir: str, name: str, harness):
     """``(Arm, closer)`` for one arm name (module docstring)."""
-    from harness_jax.harness_r1 import engineers
-    from harness_jax.harness_r1.tables import Arm
-
     if name == "default":
         return Arm("default"), None
     if name == "react":
@@ -101,11 +106,6 @@ def make_arm(config, workdir: str, name: str, harness):
 
 def test_packets(config, workdir: str, target, tok):
     """Test-split packets of the target (built inside ``sealed_test_access``; cached)."""
-    from harness_jax.envs import registry
-    from harness_jax.harness_r1 import pipeline
-    from harness_jax.harness_r1.baseline import BaselineCache
-    from harness_jax.harness_r1.packets import build_packet_dataset
-
     p = config.r1.packets
     paths = pipeline.Paths(workdir)
     with registry.sealed_test_access(f"Harness-R1 table of {config.name}"):
@@ -120,9 +120,6 @@ def test_packets(config, workdir: str, target, tok):
 
 def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 0) -> Optional[dict]:
     """Per hook point: the mean Delta_B of the arm's patches without it and the mean drop."""
-    from harness_jax.harness_r1.baseline import run_sync
-    from harness_jax.harness_r1.tables import aablate_hooks, apropose
-
     async def go():
         per_hook: dict = {}
         full = []
@@ -152,14 +149,6 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
               console=None) -> dict:
     """The table of one run (module docstring); also written to ``<workdir>/table_<split>.json``
     and ``.md``."""
-    from harness_jax import config_validation
-    from harness_jax.harness_r1 import pipeline
-    from harness_jax.harness_r1.baseline import BaselineCache
-    from harness_jax.harness_r1.engineers import RuleBasedEngineer
-    from harness_jax.harness_r1.packets import PacketDataset
-    from harness_jax.harness_r1.reward import RewardCache
-    from harness_jax.harness_r1.tables import evaluate_arm, success_table, transfer
-
     console = console or pipeline.SILENT
     if split not in ("held_out", "test"):
         raise ValueError(f"split={split!r}: use 'held_out' (the run's held-out packets) or 'test'")
@@ -220,8 +209,6 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
 
 def merge_tables(tables: Sequence[dict]) -> dict:
     """Per-benchmark tables -> one table with the equal-weight mean over benchmarks."""
-    from harness_jax.harness_r1.tables import Row, success_table
-
     if not tables:
         raise ValueError("merge_tables: no tables")
     bad = [t.get("schema") for t in tables if t.get("schema") != SCHEMA]
@@ -236,8 +223,6 @@ def merge_tables(tables: Sequence[dict]) -> dict:
 
 
 def markdown(table: dict) -> str:
-    from harness_jax.harness_r1.tables import table_markdown
-
     out = [f"### Target success under each engineer ({table['split']}; success %, equal-weight mean)", "",
            table_markdown(table), "", "### Paired Δ_B per arm and benchmark", "",
            "| arm | benchmark | batches | success before | after | Δ_B | valid | improved | no-op | infra |",

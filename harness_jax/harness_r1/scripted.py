@@ -36,6 +36,8 @@ import random
 from typing import Optional, Sequence
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
+from harness_jax.envs import registry
+from harness_jax.envs.splits import current_test_access
 
 INDEX_SPLITS = ("train", "search", "selection")
 MAX_INDEX = 20000
@@ -130,11 +132,8 @@ class ScriptedDBBenchAgent(TextPolicy):
 
     def _grow(self) -> bool:
         """Indexes twice as many generated tasks per split (False when at the limit)."""
-        from harness_jax.envs import registry
-
         if self._fixed or self._indexed >= MAX_INDEX:
             return False
-        from harness_jax.envs.splits import current_test_access
 
         n = min(max(2 * self._indexed, 256), MAX_INDEX)
         # the test split only inside an evaluation entry point's sealed_test_access

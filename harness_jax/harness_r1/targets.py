@@ -34,8 +34,14 @@ import logging
 import os
 from typing import Any, Optional, Sequence
 
+import jax.numpy as jnp
+
 from harness_jax.sampling import chat
 from harness_jax.sampling.types import GenerateRequest, GenerateResult, RolloutEngine
+from harness_jax.models import qwen3_5
+from harness_jax.sampling.engine import JaxEngine
+from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
+from harness_jax.sampling.sglang_client import SGLangClient
 
 log = logging.getLogger(__name__)
 
@@ -312,11 +318,6 @@ class TargetSpec:
 
 
 def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    import jax.numpy as jnp
-
-    from harness_jax.models import qwen3_5
-    from harness_jax.sampling.engine import JaxEngine
-
     if not os.path.isdir(spec.model):
         raise FileNotFoundError(f"TargetSpec.model: no weights directory at {spec.model}; "
                                 "export the target with qwen3_5.save_hf(model, dir) first")
@@ -340,8 +341,6 @@ def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
 
 
 def _build_sglang(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    from harness_jax.sampling.sglang_client import SGLangClient
-
     o = spec.options
     client = SGLangClient(list(spec.urls), max_concurrency=int(o.get("max_concurrency", 64)),
                           timeout_s=float(o.get("timeout_s", 600.0)),
@@ -359,8 +358,6 @@ def _build_sglang(spec: TargetSpec, tokenizer) -> FrozenTarget:
 
 
 def _build_chat(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
-
     o = spec.options
     if tokenizer is None:
         from harness_jax.sampling.tokenizer import load_tokenizer

@@ -19,6 +19,7 @@ they import the training loop, so this package's ``__init__`` does not import th
 
 See docs/harness_s.md for the design and the interfaces the training loop uses.
 """
+from harness_jax import config_validation
 from harness_jax.harness_s.config import (RouterConfig, VoterSpec, harness_s_section,
                                           router_config)
 from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joint_coverage
@@ -61,9 +62,6 @@ __all__ = [
 
 
 def _register_section_check() -> None:
-    from harness_jax import config_validation
-    from harness_jax.harness_s.routers import find_harness_s_problems
-
     config_validation.register_section_check(
         "harness_s", lambda config, check_paths: find_harness_s_problems(config, check_paths=check_paths))
 

@@ -21,6 +21,8 @@ import ml_collections
 from ml_collections import config_dict
 
 from harness_jax.config_problems import Problem
+from harness_jax.harness_s.editors import EDITORS
+from harness_jax.harness_s.pool import load_pool
 
 METRICS = ("rescue_rate", "success_rate")
 AGGREGATIONS = ("borda", "rrf")
@@ -385,7 +387,6 @@ def _pool_problems(config, bad, check_paths):
         bad("harness_s.pool", s.pool, "no pool file at this path",
             "run launch/evolve.py and point --config.harness_s.pool at the pool-<hash>.json it writes")
         return None
-    from harness_jax.harness_s.pool import load_pool
     try:
         pool = load_pool(s.pool)
     except Exception as e:  # noqa: BLE001 - any unreadable pool is a config problem
@@ -419,8 +420,6 @@ def _selector_problems(s, bad, pool) -> None:
 
 
 def _evolve_problems(s, bad) -> None:
-    from harness_jax.harness_s.editors import EDITORS
-
     e = s.evolve
     if e.editor not in EDITORS:
         bad("harness_s.evolve.editor", e.editor, f"unknown editor; allowed: {', '.join(EDITORS)}",

@@ -40,6 +40,11 @@ from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_s.editors import make_editor
 from harness_jax.harness_s.evolve import EvolutionConfig, evolve
 from harness_jax.harness_s.rootcause import LLMDiagnoser
+from harness_jax import config_validation
+from harness_jax.envs import registry
+from harness_jax.harness_s.coverage import joint_coverage
+from harness_jax.harness_s.training import llm_client
+from harness_jax.train import builders, console, evaluation, rollout as rollout_lib, telemetry
 
 
 class RolloutCache:
@@ -76,8 +81,6 @@ def policy_rollout(runner, *, val_ids: set, k: int, train_attempts: int, tempera
                    policy: str, cache: Optional[RolloutCache] = None, progress: str = "off"):
     """Evolution's ``rollout(sibling, tasks)`` over an ``EpisodeRunner``: ``k`` attempts per
     validation task, ``train_attempts`` per training task, through ``cache`` when given."""
-    from harness_jax.train import evaluation
-
     def rollout(sib: Sibling, tasks) -> list[Trajectory]:
         ids = [t.task_id for t in tasks]
         n = k if ids and all(i in val_ids for i in ids) else train_attempts
@@ -107,8 +110,6 @@ def evolution_config(config, policy_version: str) -> EvolutionConfig:
 def validate_for_evolution(config) -> None:
     """The central validation, except that the pool this command is about to write need not
     exist yet."""
-    from harness_jax import config_validation
-
     if "harness_s" not in config:
         raise config_validation.ConfigValidationError([config_validation.Problem(
             "harness_s", None, "launch/evolve.py needs a Harness-S config",
@@ -121,10 +122,6 @@ def validate_for_evolution(config) -> None:
 
 def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> dict:
     """Evolves and freezes a pool (module docstring); returns the summary it writes."""
-    from harness_jax.envs import registry
-    from harness_jax.harness_s.training import llm_client
-    from harness_jax.train import builders, console, evaluation, rollout as rollout_lib, telemetry
-
     validate_for_evolution(config)
     console.setup_logging(config.log.library_level)
     hs = config.harness_s
@@ -169,7 +166,6 @@ def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> 
         finally:
             pr.close()
     solved = pool.solved()
-    from harness_jax.harness_s.coverage import joint_coverage
     summary = {"pool": pool.path, "report": pool.path[:-5] + ".md", "content_hash": pool.content_hash,
                "siblings": len(pool), "policy": pr.policy, "stop_reason": result.stop_reason,
                "child_evaluations": result.child_evaluations, "rejected": len(result.rejected),

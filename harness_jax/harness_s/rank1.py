@@ -23,11 +23,20 @@ from __future__ import annotations
 import dataclasses
 import time
 from typing import Optional, Sequence
+import json
 
 from absl import logging
 
 from harness_jax.harness_s.pool import SiblingPool
 from harness_jax.harness_s.routers import Router
+from harness_jax import config_validation
+from harness_jax.harness_s.config import RouterConfig
+from harness_jax.harness_s.pool import load_pool
+from harness_jax.harness_s.routers import make_router
+from harness_jax.harness_s.training import pool_version
+from harness_jax.paths import resolve
+from harness_jax.rl.checkpoint import restore_meta
+from harness_jax.train import evaluation, rollout, workdir as workdir_lib
 
 FORMAT = "harness-s-rank1-v1"
 GAP_KEYS_PREFIX = ("pass@", "avg@")
@@ -37,8 +46,6 @@ def rank1_evaluate(runner, tasks: Sequence, pool: SiblingPool, router: Router, h
                    temperature: float, progress: str = "off") -> dict:
     """Evaluates H0 and Rank-1 routing on ``tasks`` (``h0``: the deployment harness, a spec or
     Sibling); returns the ``harness-s-rank1-v1`` body (without run provenance)."""
-    from harness_jax.train import evaluation
-
     if k > 1 and temperature == 0:
         raise ValueError("rank1_evaluate: k > 1 attempts need temperature > 0")
     t0 = time.perf_counter()
@@ -80,9 +87,6 @@ def rank1_evaluate(runner, tasks: Sequence, pool: SiblingPool, router: Router, h
 def rank1_router(config, pool: SiblingPool, checkpoint: str = "") -> Router:
     """The Rank-1 router: ``harness_s.router`` with ``include_base=True`` and ``top_k=1``,
     with the statistics of the training run's last checkpoint when ``checkpoint`` is one."""
-    from harness_jax.harness_s.config import RouterConfig
-    from harness_jax.harness_s.routers import make_router
-
     rc = dataclasses.replace(RouterConfig.from_config(config.harness_s.router), include_base=True, top_k=1,
                              log_path="")
     router = make_router(rc, pool)
@@ -95,11 +99,6 @@ def rank1_router(config, pool: SiblingPool, checkpoint: str = "") -> Router:
 
 def run_router_state(path: str) -> Optional[dict]:
     """The Harness-S router state in the latest checkpoint of a training workdir (None if none)."""
-    import json
-
-    from harness_jax.paths import resolve
-    from harness_jax.rl.checkpoint import restore_meta
-
     p = resolve(path)
     ckpt = p / "checkpoints"
     if not ckpt.exists():
@@ -115,12 +114,6 @@ def rank1_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", k: int
                pool_path: str = "", out: str = "") -> dict:
     """``launch/evaluate.py --routing=rank1``: loads the policy and the pool, evaluates, writes the
     results JSON (``<workdir>/eval_<split>_rank1.json`` unless ``out``) and returns it."""
-    from harness_jax import config_validation
-    from harness_jax.harness_s.pool import load_pool
-    from harness_jax.harness_s.training import pool_version
-    from harness_jax.paths import resolve
-    from harness_jax.train import evaluation, rollout, workdir as workdir_lib
-
     if "harness_s" not in config:
         raise config_validation.ConfigValidationError([config_validation.Problem(
             "harness_s", None, "--routing=rank1 needs a Harness-S config (its pool and router)",
@@ -154,8 +147,6 @@ def rank1_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", k: int
 
 def load_results(path: str) -> dict:
     """Reads a ``harness-s-rank1-v1`` results file (for tables), refusing other formats."""
-    import json
-
     with open(path, encoding="utf-8") as f:
         d = json.load(f)
     if d.get("format") != FORMAT:

@@ -30,6 +30,7 @@ from typing import Any, Optional, Sequence
 from harness_jax.sampling.http_util import HttpResponse, TransportError, http_json
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
                                         GenerateResult, RolloutEngine, SamplingParams)
+from harness_jax.models import qwen3_5
 
 log = logging.getLogger(__name__)
 
@@ -428,7 +429,6 @@ class SGLangClient(RolloutEngine):
                          pause_mode: str = "abort") -> WeightSyncReport:
         """Exports an nnx model with ``qwen3_5.save_hf`` to ``out_dir`` (a path every server can
         read), then runs ``update_weights_from_disk``. Reports the export time too."""
-        from harness_jax.models import qwen3_5
         t0 = time.perf_counter()
         await asyncio.get_running_loop().run_in_executor(None, qwen3_5.save_hf, model, out_dir)
         export_s = time.perf_counter() - t0

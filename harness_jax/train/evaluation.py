@@ -54,7 +54,7 @@ def evaluate_tasks(runner, tasks: Sequence, harness, *, k: int = 1, temperature:
 def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
     """Success rate, score, pass@k / avg@k for k in {1, k}, per category, turns and
     infrastructure errors of ``k`` attempts per task (infrastructure errors are not scored)."""
-    from harness_jax.eval import metrics
+    from harness_jax import scoring as metrics
 
     records = []
     for task, eps in zip(tasks, per_task):

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from typing import Optional
+import posixpath
 
 TESTBED = "/testbed"
 SANDBOX_TMP = "/tmp"
@@ -223,7 +224,6 @@ class Workspace:
 
     def host_path(self, sandbox_path: str) -> Optional[str]:
         """The host path of ``/testbed/...`` or ``/tmp/...`` (None for anything else)."""
-        import posixpath
         p = posixpath.normpath(sandbox_path)
         for inner, outer in ((TESTBED, self.testbed), (SANDBOX_TMP, self.tmp)):
             if p == inner or p.startswith(inner + "/"):

@@ -22,6 +22,7 @@ from typing import Optional
 from harness_jax.envs.base import content_hash
 from harness_jax.envs.webshop import reward as rw
 from harness_jax.envs.webshop.search import SEARCH_RETURN_N, SearchIndex
+from harness_jax.envs.webshop.data import ProductTable
 
 WORLD_KINDS = ("generated", "files")
 
@@ -143,7 +144,6 @@ def make_catalog(spec: dict):
     if spec["kind"] == "generated":
         from harness_jax.envs.webshop.generator import GeneratedCatalog
         return GeneratedCatalog(spec["n_products"], spec["seed"])
-    from harness_jax.envs.webshop.data import ProductTable
     return ProductTable.from_files(spec["products"], spec["attributes"],
                                    spec["human_instructions"], spec["num_products"])
 

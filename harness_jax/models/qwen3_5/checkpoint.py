@@ -32,6 +32,8 @@ from flax import nnx
 from .config import Qwen3_5Config
 from .model import Qwen3_5ForCausalLM, layer_cycle
 
+from harness_jax import sharding as shd
+
 log = logging.getLogger(__name__)
 
 
@@ -312,8 +314,6 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     and on the CPU backend it deadlocks in a collective rendezvous; "dense" is exact and
     partitions cleanly over the batch and expert axes at X/top_k times the expert FLOPs).
     """
-    from harness_jax import sharding as shd
-
     path = os.fspath(path)
     cfg_path = os.path.join(path, "config.json")
     if not os.path.exists(cfg_path):

@@ -23,6 +23,8 @@ from . import kernels as K
 from .cache import Qwen3_5Cache
 from .config import FULL, LINEAR, Qwen3_5Config
 
+from harness_jax import sharding as shd
+
 Array = jax.Array
 
 
@@ -358,7 +360,6 @@ class TextModel(nnx.Module):
         """
         if self.mesh is None:
             return x
-        from harness_jax import sharding as shd
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
