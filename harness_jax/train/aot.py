@@ -20,6 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from harness_jax.rl import policy
+from harness_jax.rl.learner import Learner
+from harness_jax.train import spec as spec_lib
+
 
 @dataclasses.dataclass
 class AotReport:
@@ -36,24 +40,22 @@ class AotReport:
         return dataclasses.asdict(self)
 
 
-def abstract_learner(config, devices=None):
+def abstract_learner(run, devices=None):
     """The run's learner without weights (``Learner.abstract``): the real shardings and jitted
-    step, ``state`` as sharded ShapeDtypeStructs. Returns ``(learner, model_config)``."""
-    from harness_jax.rl.learner import Learner
-    from harness_jax.train import builders
-
-    cfg = builders.model_config(config)
-    mesh = builders.make_mesh(config, devices)
-    ln = Learner.abstract(builders.abstract_model(config, mesh, cfg), builders.learner_config(config, "grpo"),
-                          mesh=mesh, rules=builders.mesh_rules(config))
+    step, ``state`` as sharded ShapeDtypeStructs. ``run``: ``train.spec.RunSpec``. Returns
+    ``(learner, model_config)``."""
+    cfg = policy.model_config(run.model)
+    mesh = policy.make_mesh(run.mesh, devices)
+    ln = Learner.abstract(policy.abstract_model(run.model, mesh, cfg), run.learner, mesh=mesh,
+                          rules=policy.mesh_rules(run.mesh))
     return ln, cfg
 
 
-def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[int] = None,
+def lower_train_step(run, *, seq_len: Optional[int] = None, rows: Optional[int] = None,
                      devices=None, compile: bool = True) -> AotReport:
-    """Lowers (and compiles) the learner's train step for ``config``'s mesh; returns the report."""
-    ln, _ = abstract_learner(config, devices)
-    T = int(seq_len or config.rl.pack_len)
+    """Lowers (and compiles) the learner's train step for the run's mesh; returns the report."""
+    ln, _ = abstract_learner(run, devices)
+    T = int(seq_len or run.rl.pack_len)
     R = int(rows or ln.row_multiple // ln.cfg.num_mini_batches)     # one mini-batch
     t0 = time.perf_counter()
     lowered = ln.lower_train_step(R, T)
@@ -72,7 +74,7 @@ def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[in
             per_dev["total"] = (per_dev.get("argument", 0) + per_dev.get("output", 0)
                                 + per_dev.get("temp", 0) - per_dev.get("alias", 0))
     # params + fp32 grads (accumulator) + two fp32 Adam moments, sharded over the mesh
-    pbytes = np.dtype(jnp.dtype(config.model.param_dtype)).itemsize
+    pbytes = np.dtype(jnp.dtype(run.model.param_dtype)).itemsize
     analytic = ln.num_params * (pbytes + 4 + 8) / ln.mesh.size
     return AotReport(mesh_shape=dict(ln.mesh.shape), num_params=ln.num_params, rows=R, seq_len=T,
                      lower_s=lower_s, compile_s=compile_s, per_device_bytes=per_dev,
@@ -96,8 +98,8 @@ def main(argv=None):  # pragma: no cover - thin CLI
         if jax.device_count() < n:
             sys.exit(f"need {n} devices; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} "
                      "JAX_PLATFORMS=cpu")
-        rep = lower_train_step(c, seq_len=seq.value or None, devices=jax.devices()[:n],
-                               compile=not no_compile.value)
+        rep = lower_train_step(spec_lib.resolve(c, num_devices=n), seq_len=seq.value or None,
+                               devices=jax.devices()[:n], compile=not no_compile.value)
         print(json.dumps(rep.as_dict(), indent=1))
 
     app.run(run, argv)

@@ -9,11 +9,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def lower_in_subprocess(module: str, config_args: str, num_devices: int) -> dict:
-    """``module.get_config(config_args)`` validated for and lowered on ``num_devices`` devices."""
+    """``module.get_config(config_args)`` resolved for and lowered on ``num_devices`` devices."""
     code = (
         f"import json, jax; import {module} as t;"
-        "from harness_jax import config_validation as cv; from harness_jax.train import aot;"
-        f"c = t.get_config({config_args}); cv.validate(c, num_devices={num_devices});"
+        "from harness_jax.train import aot, spec;"
+        f"c = spec.resolve(t.get_config({config_args}), num_devices={num_devices}, check_paths=False);"
         f"r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:{num_devices}], compile=False);"
         "print('REPORT', json.dumps(r.as_dict()))")
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,

@@ -39,7 +39,6 @@ grads 9.0 GB, Adam m+v 17.9 GB; activations (remat="block", bf16) for one 32768-
 block inputs 32768 x 4096 x 2 B x 32 layers = 8.6 GB, one block's internals ~8 GB, log-probs in
 1024-token chunks 1 GB: ~54 GB of 80 GB.
 """
-import json
 
 from experiments.configs import common
 from experiments.configs.harness_r1 import common as r1_common
@@ -98,7 +97,8 @@ def get_config(benchmark: str = "dbbench"):
     t.kind = "sglang"                     # the frozen target on SGLang (GPUs 6-7)
     t.urls = ("http://127.0.0.1:31000", "http://127.0.0.1:31001")  # target servers
     t.model = "qwen3.5-9b-target"         # served model name
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.7                   # target sampling (paired by seed)
     t.max_new_tokens = 4096               # the published per-call limit, thinking off
     t.max_context = 32768                 # target context

@@ -32,7 +32,6 @@ block ~8 GB + log-prob chunks 1 GB; engine caches (colocated): 32 slots x (8 att
 ~27 GB of 95 GB. The workdir must be a shared local mount (the packet dataset and caches are
 files; checkpoints could go to gs:// but the pipeline keeps one root).
 """
-import json
 
 from experiments.configs.harness_r1 import common as r1_common
 from experiments.configs.harness_r1.gpu8 import use_benchmark
@@ -66,7 +65,8 @@ def get_config(benchmark: str = "dbbench"):
     t.urls = ("http://target-0:31000", "http://target-1:31000")  # the JAX target hosts
     t.model = "qwen3.5-9b-target"         # served model name
     t.version = "1"                       # pinned: the --weight_version the servers report
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.7                   # target sampling (paired by seed)
     t.max_new_tokens = 4096               # per call, thinking off
     t.max_context = 32768                 # target context

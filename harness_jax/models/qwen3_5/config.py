@@ -24,6 +24,9 @@ class ConfigError(ValueError):
     """A bad configuration value; the message names the field and the fix."""
 
 
+REMAT = ("none", "block", "full")        # rematerialisation of decoder blocks (``remat``)
+
+
 @dataclasses.dataclass(frozen=True)
 class Qwen3_5Config:
     # --- sizes -------------------------------------------------------------------------
@@ -119,8 +122,8 @@ class Qwen3_5Config:
         if self.is_moe and not 0 < self.num_experts_per_tok <= self.num_experts:
             bad("num_experts_per_tok", f"{self.num_experts_per_tok} must be in [1, num_experts="
                 f"{self.num_experts}]")
-        if self.remat not in ("none", "block", "full"):
-            bad("remat", f"{self.remat!r}; use 'none', 'block' or 'full'")
+        if self.remat not in REMAT:
+            bad("remat", f"{self.remat!r}; use one of {REMAT}")
         if self.gdn_chunk_size < 1:
             bad("gdn_chunk_size", f"{self.gdn_chunk_size} must be >= 1")
         if self.hidden_act != "silu":
