@@ -28,7 +28,7 @@ distributed.define_flags()
 
 def main(argv):
     del argv
-    distributed.initialize()
+    distributed.initialize(platform=_CONFIG.value.mesh.platform)   # XLA flags of the platform, multi-host
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from harness_jax.harness_r1 import pipeline

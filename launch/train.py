@@ -28,7 +28,8 @@ distributed.define_flags()
 
 def main(argv):
     del argv
-    distributed.initialize()              # multi-host when flags/environment say so; logs devices
+    # the platform's XLA flags (collective overlap), then multi-host when flags/environment say so
+    distributed.initialize(platform=_CONFIG.value.mesh.platform)
     from harness_jax.train import run
     summary = run.train(_CONFIG.value, _WORKDIR.value)
     logging.info("done: %s", summary)

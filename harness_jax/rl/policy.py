@@ -24,11 +24,21 @@ from harness_jax.rl.learner import Learner, param_shardings
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}   # model, parameter and cache dtypes by name
 
 
+def runtime_overrides(model) -> dict:
+    """The runtime knobs of the model config that come from the ``model`` section (with or
+    without hf_path): rematerialisation, layer scanning, the attention implementation and its
+    tiles, and the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory
+    plan)."""
+    return dict(remat=model.remat, scan_layers=bool(model.scan_layers), attention_impl=model.attention,
+                attention_block_q=int(model.attention_block_q), attention_block_kv=int(model.attention_block_kv),
+                reduce_scatter_dtype=model.reduce_scatter_dtype)
+
+
 def model_config(model):
     """The run's Qwen3_5Config from the ``model`` section: ``hf_path``'s config.json (its
     architecture is the truth) or the named preset with the ``arch`` fields, plus the runtime
-    knobs (remat, scan_layers)."""
-    runtime = dict(remat=model.remat, scan_layers=bool(model.scan_layers))
+    knobs (``runtime_overrides``)."""
+    runtime = runtime_overrides(model)
     if model.hf_path:
         return qwen3_5.Qwen3_5Config.from_hf(model.hf_path, **runtime)
     over = model.arch.overrides()
@@ -54,11 +64,14 @@ def _model_kwargs(model, cfg, mesh):
     return kw
 
 
-def abstract_model(model, mesh, cfg=None):
-    """The policy without weights (``nnx.eval_shape``): shapes and dtypes only."""
+def abstract_model(model, mesh, cfg=None, rules=None):
+    """The policy without weights (``nnx.eval_shape``): shapes and dtypes only, on ``mesh``
+    (activations pinned to batch sharding, weights gathered per layer in the compute dtype);
+    ``rules`` default to ``sharding.TRAIN_RULES``."""
     cfg = model_config(model) if cfg is None else cfg
     kw = _model_kwargs(model, cfg, mesh)
-    return nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
+    abstract = nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
+    return abstract.set_mesh(mesh, sharding.TRAIN_RULES if rules is None else rules)
 
 
 def build_model(model, mesh, rules, cfg=None, *, seed: int = 0):
@@ -70,16 +83,17 @@ def build_model(model, mesh, rules, cfg=None, *, seed: int = 0):
         return load_hf_model(model, model.hf_path, mesh, rules)
     cfg = model_config(model) if cfg is None else cfg
     kw = _model_kwargs(model, cfg, mesh)
-    return sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw), mesh, rules)
+    built = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw), mesh, rules)
+    return built.set_mesh(mesh, rules)
 
 
 def load_hf_model(model, path, mesh, rules):
-    """A Hugging Face checkpoint with the section's dtypes and runtime knobs (remat,
-    scan_layers), loaded shard by shard straight onto ``mesh`` with the rules' shardings."""
+    """A Hugging Face checkpoint with the section's dtypes and runtime knobs
+    (``runtime_overrides``), loaded shard by shard straight onto ``mesh`` with the rules' shardings."""
     logging.info("loading policy weights from %s", path)
     cfg = qwen3_5.Qwen3_5Config.from_hf(str(path))
     return qwen3_5.load_hf(str(path), dtype=model.dtype, param_dtype=model.param_dtype, mesh=mesh, rules=rules,
-                           config_overrides=dict(remat=model.remat, scan_layers=bool(model.scan_layers)),
+                           config_overrides=runtime_overrides(model),
                            moe_impl=_model_kwargs(model, cfg, mesh).get("moe_impl"))
 
 
@@ -94,7 +108,7 @@ def policy_model(model, checkpoint: str, mesh, rules, *, seed: int = 0, cfg=None
     path = checkpoint or model.init_from
     if not path:
         return build_model(model, mesh, rules, cfg, seed=seed), "config"
-    graphdef, state, rest = nnx.split(abstract_model(model, mesh, cfg), nnx.Param, ...)
+    graphdef, state, rest = nnx.split(abstract_model(model, mesh, cfg, rules), nnx.Param, ...)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             nnx.to_pure_dict(state), param_shardings(state, mesh, rules))
     directory = checkpoint_dir(path)

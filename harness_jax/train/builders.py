@@ -12,13 +12,20 @@ from harness_jax.envs import registry
 from harness_jax.train import telemetry
 
 PLATFORMS = ("cpu", "gpu", "tpu")                              # what the mesh runs on (``peak_flops``)
+# mesh.chip: accelerators a preset can be sized for, with their HBM (bytes) and bf16 dense peak
+# (FLOP/s) as the vendors state them (train/aot.py budgets; the MFU peak without log.peak_flops)
+CHIP_HBM = {"h100": 80e9, "h200": 141e9, "v5p": 95e9, "v6e": 32e9}
+CHIP_BF16_PEAK = {"h100": 989e12, "h200": 989e12, "v5p": 459e12, "v6e": 918e12}
 
 
-# ------------------------------------------------------------------------------------ model
-def peak_flops(peak: float, platform: str) -> float:
-    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else measured on CPU (0 = unknown)."""
+# --------------------------------------------------------------------------------- MFU peak
+def peak_flops(peak: float, platform: str, chip: str = "") -> float:
+    """Per-device peak FLOP/s for MFU: ``log.peak_flops``, else the bf16 dense peak of
+    ``mesh.chip``, else measured on CPU (0 = unknown)."""
     if peak:
         return float(peak)
+    if chip:
+        return CHIP_BF16_PEAK[chip]
     return telemetry.measure_matmul_peak_flops() if platform == "cpu" else 0.0
 
 

@@ -92,7 +92,7 @@ def build(run, workdir, *, devices: Optional[Sequence[Any]] = None,
     store = rollout.open_store(paths.local("traces", log.traces_dir) if log.store_traces else None)
     tokenizer = rollout.load_tokenizer(run, paths.tokenizer)
     env_factory = builders.env_factory(run.env)
-    peak = builders.peak_flops(log.peak_flops, run.mesh.platform)
+    peak = builders.peak_flops(log.peak_flops, run.mesh.platform, run.mesh.chip)
     console.line(f"per-device peak for MFU: {peak:.3g} FLOP/s ({'config' if log.peak_flops else 'measured fp32 matmul'})")
     episode_workers = workers.from_spec(run.workers)
     learner, model_cfg, mesh, rules = policy.build_learner(

@@ -32,7 +32,8 @@ from harness_jax import sharding
 from harness_jax.config_problems import Bad, Problem
 from harness_jax.envs import base as envs_base, registry
 from harness_jax.harness.workers import BACKENDS as WORKER_BACKENDS
-from harness_jax.models.qwen3_5 import config as model_config_lib, presets as model_presets
+from harness_jax.models.qwen3_5 import attention as model_attention, presets as model_presets
+from harness_jax.models.qwen3_5.config import REMAT_POLICIES
 from harness_jax.rl import losses
 from harness_jax.rl import policy
 from harness_jax.rl.learner import SCHEDULES
@@ -261,8 +262,12 @@ class ModelSection:
     tokenizer_cache_dir: str = ""                 # where the packaged Qwen3.5 tokenizer is built once ("" = $HARNESS_JAX_CACHE or ~/.cache/harness_jax)
     dtype: str = option("float32", choices=lambda: tuple(policy.DTYPES))  # compute dtype ("float32" | "bfloat16")
     param_dtype: str = option("float32", choices=lambda: tuple(policy.DTYPES))  # master parameter dtype (also of weights loaded from hf_path)
-    remat: str = option("none", choices=model_config_lib.REMAT)  # "none" | "block" | "full" rematerialisation of decoder blocks
+    remat: str = option("none", choices=REMAT_POLICIES)  # decoder-layer remat policy: "none" | "full" | "dots" | "offload" (docs/model.md, "Memory plan")
     scan_layers: bool = False                     # scan over repeated layer cycles (compile time O(1) in depth)
+    attention: str = option("reference", choices=lambda: tuple(model_attention.names()))  # attention implementation: "reference" | "xla" | "splash" (TPU) | "pallas_gpu" (GPU)
+    attention_block_q: int = option(0, at_least=0)  # attention query tile (0 = the implementation's default)
+    attention_block_kv: int = option(0, at_least=0)  # attention key/value tile (0 = the implementation's default)
+    reduce_scatter_dtype: str = option("float32", choices=lambda: tuple(policy.DTYPES))  # dtype FSDP weight gradients are reduce-scattered in ("float32" | "bfloat16")
 
     def check(self, bad) -> None:
         if not self.hf_path and self.preset.lower().replace("-", "_").replace(".", "_") not in model_presets.names():
@@ -287,6 +292,7 @@ class MeshSection:
     rules: Optional[tuple] = None                 # logical-axis rules ((logical, mesh_axis|None), ...); None = harness_jax.sharding.TRAIN_RULES
     num_devices: int = -1                         # devices the run uses: the first N of jax.devices() (-1 = all); validated against the mesh
     platform: str = option("cpu", choices=lambda: tuple(builders.PLATFORMS))  # target platform ("cpu" | "gpu" | "tpu"); "cpu" with log.peak_flops=0 measures the MFU peak
+    chip: str = option("", choices=lambda: ("",) + tuple(builders.CHIP_HBM))  # accelerator the preset is sized for ("h100" | "h200" | "v5p" | "v6e"; "" = none): its AOT memory budget (train/aot.py) and, without log.peak_flops, the MFU peak
 
     def check(self, bad) -> None:
         axes = sharding.MESH_AXES
