@@ -92,13 +92,16 @@ def to_config_dict(cls) -> ml_collections.ConfigDict:
     return out
 
 
+def _mapping(v) -> bool:
+    """A dict, a ConfigDict, or a read-only view of one (anything with ``keys`` and ``[]``)."""
+    return hasattr(v, "keys") and hasattr(v, "__getitem__")
+
+
 def _to_plain(v):
-    if isinstance(v, ml_collections.ConfigDict):
-        return {k: _to_plain(x) for k, x in v.items()}
+    if _mapping(v):
+        return {k: _to_plain(v[k]) for k in v.keys()}
     if isinstance(v, (list, tuple)):
         return tuple(_to_plain(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _to_plain(x) for k, x in v.items()}
     return v
 
 
@@ -122,7 +125,7 @@ def _typed(tp, v):
         if isinstance(v, (list, tuple)):
             return tuple(_to_plain(v))
     elif tp is dict:
-        if isinstance(v, (dict, ml_collections.ConfigDict)):
+        if _mapping(v):
             return _to_plain(v)
     else:
         return v
