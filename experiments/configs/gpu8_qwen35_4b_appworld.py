@@ -20,7 +20,7 @@ the DBBench preset's, which lowers for the 4-device fsdp mesh on CPU fake device
 is the Harness-S GRPO baseline on AppWorld (TGC on the selection split rises from the base
 model's).
 
-Memory: AppWorld episodes are longer (the ReAct instruction is ~1.3k tokens and API outputs are
+Memory arithmetic: AppWorld episodes are longer (the ReAct instruction is ~1.3k tokens and API outputs are
 long), so rows are packed at 16384 tokens, one row per GPU per micro-batch; the memory plan is
 ``gpu8_qwen35_4b_dbbench``'s (Pallas flash attention, remat "full", bf16 weight gathers). AOT
 budget: fits (72 GB per device: 71.7 GB of the 72.0 GB budget = 80 GB less 10% headroom, so no

@@ -250,7 +250,11 @@ class EpisodeRunner:
         return sem
 
     async def run(self, task, harness, n: int, group_id: str, *, seed: int = 0, engine=None,
-                  temperature: Optional[float] = None, store: bool = True) -> list[Episode]:
+                  temperature: Optional[float] = None, store: bool = True,
+                  sampling_key: Optional[str] = None) -> list[Episode]:
+        """``n`` episodes ``<group_id>-<j>``. Their sampling seeds are keyed by the episode id, or,
+        with ``sampling_key``, by ``"<sampling_key>#<j>"`` (evaluation keys them by task and
+        attempt, so every evaluation of any policy draws the same random numbers)."""
         spec, overlay = self.resolve(harness)
         h = spec if temperature is None else with_temperature(spec, temperature)
         meta = {"pool_version": self.pool_version} if self.pool_version else {}
@@ -264,7 +268,8 @@ class EpisodeRunner:
 
         async def one(j):
             async with sem:
-                return await ex.run_episode(task, episode_id=f"{group_id}-{j}", group_id=group_id)
+                return await ex.run_episode(task, episode_id=f"{group_id}-{j}", group_id=group_id,
+                                            sampling_key=f"{sampling_key}#{j}" if sampling_key else None)
 
         try:
             trajs = await asyncio.gather(*[one(j) for j in range(n)])

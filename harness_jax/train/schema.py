@@ -32,8 +32,8 @@ from harness_jax import sharding
 from harness_jax.config_problems import Bad, Problem
 from harness_jax.envs import base as envs_base, registry
 from harness_jax.harness.workers import BACKENDS as WORKER_BACKENDS
-from harness_jax.models.qwen3_5 import attention as model_attention, presets as model_presets
-from harness_jax.models.qwen3_5.config import REMAT_POLICIES
+from harness_jax.models.qwen3_5 import attention as model_attention, moe as model_moe, presets as model_presets
+from harness_jax.models.qwen3_5.config import GDN_IMPLS, REMAT_POLICIES
 from harness_jax.rl import losses
 from harness_jax.rl import policy
 from harness_jax.rl.learner import SCHEDULES
@@ -220,10 +220,14 @@ def problems_collector() -> tuple[list, Bad]:
 # ============================================================================================
 # sections (the schema: one line and one comment per field)
 # ============================================================================================
+KERNEL_FIELDS = ("gdn_impl", "moe_impl", "moe_capacity_factor", "moe_dispatch", "moe_gmm")   # model.arch fields that are runtime knobs
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchSection:
     """``model.arch``: Qwen3_5Config fields replacing the preset's (None = keep the preset's
-    value; ignored with ``model.hf_path``, whose config.json is the truth)."""
+    value; ignored with ``model.hf_path``, whose config.json is the truth, except the kernel
+    choices at the end, which are not architecture)."""
 
     vocab_size: Optional[int] = None             # vocabulary rows (>= the tokenizer's size)
     hidden_size: Optional[int] = None            # model width
@@ -245,10 +249,20 @@ class ArchSection:
     max_position_embeddings: Optional[int] = None  # longest sequence the RoPE tables cover
     eos_token_id: Optional[int] = None           # end-of-turn token id of the tokenizer
     pad_token_id: Optional[int] = None           # padding token id of the tokenizer
+    # kernel choices (runtime knobs: they also apply with model.hf_path; docs/model.md)
+    gdn_impl: Optional[str] = option(None, choices=GDN_IMPLS)  # Gated DeltaNet: "jnp" (lax.scan reference) | "pallas" (TPU Mosaic / GPU Triton kernels)
+    moe_impl: Optional[str] = option(None, choices=model_moe.IMPLS)  # MoE: "auto" (expert parallel on a multi-device mesh) | "ep" | "sorted" | "dense"
+    moe_capacity_factor: Optional[float] = option(None, at_least=0, fix="0 = dropless")  # expert parallel: 0 = dropless, else rows per device pair = factor * rows / ep (drops counted)
+    moe_dispatch: Optional[str] = option(None, choices=model_moe.DISPATCHES)  # expert parallel: "all_to_all" (padded; any backend) | "ragged" (ragged_all_to_all; TPU/GPU)
+    moe_gmm: Optional[str] = option(None, choices=model_moe.GMMS)  # grouped matmul: "auto" | "ragged_dot" | "blocked"
 
     def overrides(self) -> dict:
         """The set (non-None) fields as Qwen3_5Config keyword arguments."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def kernels(self) -> dict:
+        """The set kernel choices (``KERNEL_FIELDS``): runtime knobs, applied with ``hf_path`` too."""
+        return {k: v for k, v in self.overrides().items() if k in KERNEL_FIELDS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,6 +444,10 @@ class RLSection:
     kl_estimator: str = option("k3", choices=lambda: tuple(losses.KL_ESTIMATORS))  # KL estimator (rl.losses.KL_ESTIMATORS): "k1" | "k2" | "k3"
     kl_clamp: float = option(10.0, above=0)       # per-token KL estimate clamped to [-kl_clamp, kl_clamp]
     entropy_coef: float = 0.0                     # entropy bonus
+    router_aux_loss: bool = True                  # MoE models: add router_aux_loss_coef (from the model config; Qwen3.5: 0.001) x the router load-balancing loss
+    neg_adv_weight: float = option(1.0, at_least=0, fix="1 = plain GRPO, e.g. 0.5 damps failures")  # multiplies negative advantages (1 = plain GRPO; < 1 damps the failure side of the gradient)
+    reference_kl: bool = True                     # keep the policy RL starts from to log learner/kl_to_ref (one parameter copy, one forward per update)
+    log_entropy: bool = True                      # log the policy's token entropy (learner/entropy; one more pass over the vocabulary)
     epochs: int = option(1, at_least=1)           # passes over each rollout batch
     mini_batches: int = option(1, at_least=1)     # optimizer steps per epoch
     micro_batches: int = option(1, at_least=1)    # gradient accumulation inside a mini-batch
@@ -444,6 +462,8 @@ class RLSection:
     max_staleness: int = option(1, at_least=0)    # async: at most this many batches in flight ahead of the learner
 
     def check(self, bad) -> None:
+        if self.neg_adv_weight > 1:
+            bad("neg_adv_weight", self.neg_adv_weight, "must be in [0, 1]", "1 = plain GRPO, e.g. 0.5 damps failures")
         if not 0 <= self.eps_low < 1:
             bad("eps_low", self.eps_low, "must be in [0, 1) (the lower clip is 1 - eps_low)", "e.g. 0.2")
         if self.dual_clip and self.dual_clip <= 1:
@@ -538,6 +558,7 @@ class EvalSection:
     k: int = option(1, at_least=1)                # attempts per task (Pass@k / Avg@k)
     temperature: float = option(0.0, at_least=0, fix="0 = greedy")  # 0 = greedy (k must be 1 then); > 0 for Pass@k with k > 1
     at_start: bool = True                         # evaluate before training starts (before the SFT warm start when enabled)
+    greedy: bool = True                           # also one greedy attempt per task (greedy_success beside Avg@k)
 
     def check(self, bad) -> None:
         if self.k > 1 and self.temperature == 0:

@@ -22,7 +22,9 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import attention as A
+from . import gdn_pallas
 from . import kernels as K
+from . import moe as moe_lib
 from .cache import Qwen3_5Cache
 from .config import FULL, LINEAR, Qwen3_5Config
 
@@ -114,6 +116,7 @@ class LayerCtx:
     write_pos_BT: Optional[Array] = None     # cache path: slot of each new token (>= max_len: drop)
     valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
     num_new_B: Optional[Array] = None
+    token_mask_BT: Optional[Array] = None    # tokens the MoE routers count and dispatch (None: all)
     decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
     mesh: Optional[jax.sharding.Mesh] = struct.field(pytree_node=False, default=None)  # the model's mesh (set_mesh)
     rules: Optional[tuple] = struct.field(pytree_node=False, default=None)            # its logical-axis rules
@@ -171,13 +174,7 @@ class GatedDeltaNet(nnx.Module):
         if ctx.valid_BT is not None:  # right-padding of a ragged extend: leave the state alone
             beta_BTN = jnp.where(ctx.valid_BT[..., None], beta_BTN, 0.0)
             g_BTN = jnp.where(ctx.valid_BT[..., None], g_BTN, 0.0)
-        if ctx.decode:
-            o_BTNE, new_state = K.recurrent_gated_delta_rule(
-                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state, seg_start_BT=ctx.seg_start_BT)
-        else:
-            o_BTNE, new_state = K.chunk_gated_delta_rule(
-                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state,
-                seg_start_BT=ctx.seg_start_BT, chunk_size=cfg.gdn_chunk_size)
+        o_BTNE, new_state = gdn_rule(cfg, ctx)(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, rec_state, ctx.seg_start_BT)
         o_BTNE = self.norm(o_BTNE.astype(self.dtype), z_BTNE)
         out_BTD = self.out_proj(o_BTNE.reshape(B, T, N * E))
         if cache is None:
@@ -185,6 +182,26 @@ class GatedDeltaNet(nnx.Module):
         new_conv = K.conv_state_after(qkv_BTC, conv_state, ctx.num_new_B)
         return out_BTD, (conv_L.at[slot].set(new_conv.astype(conv_L.dtype)),
                          state_L.at[slot].set(new_state.astype(state_L.dtype)))
+
+
+def gdn_rule(cfg: Qwen3_5Config, ctx: LayerCtx):
+    """The gated delta rule this call uses, as ``f(q, k, v, g, beta, state, seg_start) -> (o, state)``:
+    ``cfg.gdn_impl`` "jnp" (``kernels``: chunked, recurrent for decode) or "pallas" (``gdn_pallas``:
+    the chunk-walking kernels, the fused decode step; under a mesh, one kernel call per shard)."""
+    if cfg.gdn_impl == "jnp":
+        if ctx.decode:
+            return lambda q, k, v, g, b, s, st: K.recurrent_gated_delta_rule(q, k, v, g, b, state_BNAE=s,
+                                                                           seg_start_BT=st)
+        return lambda q, k, v, g, b, s, st: K.chunk_gated_delta_rule(q, k, v, g, b, state_BNAE=s, seg_start_BT=st,
+                                                                   chunk_size=cfg.gdn_chunk_size)
+    if ctx.decode:
+        fn = lambda q, k, v, g, b, s, st: gdn_pallas.decode_step(q, k, v, g, b, state_BNAE=s, seg_start_BT=st)
+    else:
+        # layers rematerialised in the backward recompute their forward anyway: keep its chunk states
+        res = "recompute" if cfg.remat == "none" else "states"
+        fn = lambda q, k, v, g, b, s, st: gdn_pallas.chunk_gated_delta_rule(
+            q, k, v, g, b, state_BNAE=s, seg_start_BT=st, chunk_size=cfg.gdn_chunk_size, residuals=res)
+    return gdn_pallas.on_mesh(fn, ctx.mesh, ctx.rules)
 
 
 class Attention(nnx.Module):
@@ -263,12 +280,12 @@ class Router(nnx.Module):
 
 
 class SparseMoeBlock(nnx.Module):
-    """Top-k routed experts plus a sigmoid-gated shared expert (Qwen3.5-MoE)."""
+    """Top-k routed experts plus a sigmoid-gated shared expert (Qwen3.5-MoE); the routed part is
+    ``moe.routed_experts`` (``cfg.moe_impl``: expert parallel on a multi-device mesh)."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, impl: str = "sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
         self.cfg = cfg
         self.dtype = dtype
-        self.impl = impl
         self.gate = Router(cfg, rngs=rngs, param_dtype=param_dtype)
         self.experts = Experts(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.shared_expert = MLP(cfg, cfg.shared_expert_intermediate_size, rngs=rngs, dtype=dtype,
@@ -276,19 +293,30 @@ class SparseMoeBlock(nnx.Module):
         self.shared_expert_gate = Linear(cfg.hidden_size, 1, (None, "embed"), rngs=rngs,
                                          std=cfg.initializer_range, dtype=dtype, param_dtype=param_dtype)
 
-    def __call__(self, x_BTD):
+    def __call__(self, x_BTD, ctx: Optional[LayerCtx] = None):
+        """``(out_BTD, moe.MoeStats)``."""
+        cfg = self.cfg
         B, T, D = x_BTD.shape
         x_SD = x_BTD.reshape(B * T, D).astype(self.dtype)
-        _, w_SK, idx_SK = K.route_topk(x_SD, self.gate.weight[...].astype(self.dtype),
-                                       self.cfg.num_experts_per_tok, self.cfg.norm_topk_prob)
-        routed_SD = K.moe_experts(x_SD, w_SK, idx_SK, self.experts.gate_up_proj[...].astype(self.dtype),
-                                  self.experts.down_proj[...].astype(self.dtype), impl=self.impl)
+        mask = mesh = rules = None
+        if ctx is not None:
+            mask = ctx.token_mask_BT if ctx.token_mask_BT is not None else ctx.valid_BT
+            mesh = ctx.mesh
+        if mesh is not None:   # the layer's weights arrive gathered over the FSDP axes (_run_layer)
+            from harness_jax import sharding as shd
+            rules = shd.gathered_rules(ctx.rules)
+        routed_SD, stats = moe_lib.routed_experts(
+            x_SD, self.gate.weight[...].astype(self.dtype), self.experts.gate_up_proj[...].astype(self.dtype),
+            self.experts.down_proj[...].astype(self.dtype), top_k=cfg.num_experts_per_tok,
+            renormalize=cfg.norm_topk_prob, impl=cfg.moe_impl, mesh=mesh, rules=rules,
+            mask_S=None if mask is None else mask.reshape(-1),
+            capacity_factor=cfg.moe_capacity_factor, dispatch=cfg.moe_dispatch, gmm=cfg.moe_gmm)
         shared_SD = jax.nn.sigmoid(self.shared_expert_gate(x_SD)) * self.shared_expert(x_SD)
-        return (routed_SD + shared_SD).reshape(B, T, D)
+        return (routed_SD + shared_SD).reshape(B, T, D), stats
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: Qwen3_5Config, layer_type: str, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+    def __init__(self, cfg: Qwen3_5Config, layer_type: str, *, rngs, dtype, param_dtype):
         kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.layer_type = layer_type
         if layer_type == LINEAR:
@@ -296,18 +324,23 @@ class DecoderLayer(nnx.Module):
         else:
             self.self_attn = Attention(cfg, **kw)
         if cfg.is_moe:
-            self.mlp = SparseMoeBlock(cfg, impl=moe_impl, **kw)
+            self.mlp = SparseMoeBlock(cfg, **kw)
         else:
             self.mlp = MLP(cfg, cfg.intermediate_size, **kw)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
 
     def __call__(self, x_BTD, ctx: LayerCtx, cache=None):
+        """``(x_BTD, new cache, moe.MoeStats or None)``."""
         mixer = self.linear_attn if self.layer_type == LINEAR else self.self_attn
         h_BTD, new_cache = mixer(self.input_layernorm(x_BTD), ctx, cache)
         x_BTD = x_BTD + h_BTD
-        x_BTD = x_BTD + self.mlp(self.post_attention_layernorm(x_BTD))
-        return x_BTD, new_cache
+        stats = None
+        if isinstance(self.mlp, SparseMoeBlock):
+            m_BTD, stats = self.mlp(self.post_attention_layernorm(x_BTD), ctx)
+        else:
+            m_BTD = self.mlp(self.post_attention_layernorm(x_BTD))
+        return x_BTD + m_BTD, new_cache, stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,12 +397,12 @@ def _run_layer(static, state, x_BTD, ctx, cache):
 class TextModel(nnx.Module):
     """``model.*`` of HF: embeddings, decoder layers, final norm."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
         self.cfg = cfg
         self.dtype = dtype
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, std=cfg.initializer_range,
                                   dtype=dtype, param_dtype=param_dtype)
-        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         if cfg.scan_layers:
             p = layer_cycle(cfg.layer_types)
             n_cycles = cfg.num_hidden_layers // p
@@ -423,8 +456,11 @@ class TextModel(nnx.Module):
 
     # -------------------------------------------------------------------------------------
     def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
-        """Run all decoder layers (unrolled or scanned, with optional remat)."""
+        """Run all decoder layers (unrolled or scanned, with optional remat):
+        ``(x_BTD, new cache or None, moe.MoeStats summed over layers or None)``."""
         cfg = self.cfg
+        stats = moe_lib.MoeStats.zeros(cfg.num_experts) if cfg.is_moe else None
+        add = (lambda a, b: a if b is None else a + b)
         run = _run_layer
         if cfg.remat != "none":
             run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=remat_policy(cfg.remat))
@@ -435,10 +471,11 @@ class TextModel(nnx.Module):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else _layer_cache(cache, t, slots[i])
                 gd, st = nnx.split(layer)
-                x_BTD, nc = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
+                stats = add(stats, ls)
                 if cache is not None:
                     cache = _set_layer_cache(cache, t, nc)
-            return x_BTD, cache
+            return x_BTD, cache, stats
         p = len(self.cycles)
         types = cfg.layer_types[:p]
         n_cycles = cfg.num_hidden_layers // p
@@ -452,7 +489,8 @@ class TextModel(nnx.Module):
             cache_xs = (cyc(cache.k_LBSKH, n_full_c), cyc(cache.v_LBSKH, n_full_c),
                         cyc(cache.conv_LBCW, n_lin_c), cyc(cache.state_LBNAE, n_lin_c))
 
-        def body(x_BTD, xs):
+        def body(carry, xs):
+            x_BTD, stats = carry
             states, cxs = xs   # cxs: this cycle's cache arrays, [per-cycle layers of a type, ...]
             fi = li = 0
             for j in range(p):
@@ -462,7 +500,8 @@ class TextModel(nnx.Module):
                     lc = (cxs[0], cxs[1], fi)
                 else:
                     lc = (cxs[2], cxs[3], li)
-                x_BTD, nc = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
+                stats = add(stats, ls)
                 if cxs is not None:
                     if types[j] == FULL:
                         cxs = (nc[0], nc[1]) + cxs[2:]
@@ -470,14 +509,14 @@ class TextModel(nnx.Module):
                     else:
                         cxs = cxs[:2] + (nc[0], nc[1])
                         li += 1
-            return x_BTD, cxs
+            return (x_BTD, stats), cxs
 
-        x_BTD, ys = jax.lax.scan(body, x_BTD, (tuple(sts), cache_xs))
+        (x_BTD, stats), ys = jax.lax.scan(body, (x_BTD, stats), (tuple(sts), cache_xs))
         if cache is None:
-            return x_BTD, None
+            return x_BTD, None, stats
         flat = [y.reshape((-1,) + y.shape[2:]) for y in ys]
         return x_BTD, dataclasses.replace(cache, k_LBSKH=flat[0], v_LBSKH=flat[1], conv_LBCW=flat[2],
-                                          state_LBNAE=flat[3])
+                                          state_LBNAE=flat[3]), stats
 
 
 def _slots(layer_types):
@@ -510,11 +549,10 @@ def _set_layer_cache(cache: Qwen3_5Cache, t, new):
 class Qwen3_5ForCausalLM(nnx.Module):
     """Qwen3.5 causal LM. ``model(ids)`` -> logits; ``extend`` appends to a generation cache."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32,
-                 moe_impl: str = "sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
         self.config = cfg
         self.dtype = jnp.dtype(dtype)
-        self.model = TextModel(cfg, rngs=rngs, dtype=self.dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        self.model = TextModel(cfg, rngs=rngs, dtype=self.dtype, param_dtype=param_dtype)
         if cfg.tie_word_embeddings:
             self.lm_head = None
         else:
@@ -540,6 +578,12 @@ class Qwen3_5ForCausalLM(nnx.Module):
         restart per segment (unless given) and the GDN conv/recurrent state resets at segment
         starts. ``positions``: ``[B, T]`` or ``[3, B, T]`` (multimodal RoPE streams).
         """
+        return self.hidden_states_with_router_stats(input_ids_BT, segment_ids, positions)[0]
+
+    def hidden_states_with_router_stats(self, input_ids_BT, segment_ids=None, positions=None, token_mask=None):
+        """``(hidden_states, moe.MoeStats summed over the MoE layers, or None for a dense model)``;
+        ``token_mask [B, T]`` (bool): the tokens the routers count and send to experts (padding
+        is left out of the load-balancing statistics and of expert capacity; None: all)."""
         cfg = self.config
         input_ids_BT = jnp.asarray(input_ids_BT)
         if input_ids_BT.ndim != 2:
@@ -560,10 +604,11 @@ class Qwen3_5ForCausalLM(nnx.Module):
                                   cfg.mrope_interleaved)
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
                        segment_ids_BT=None if segment_ids is None else seg_BT, mesh=self.model.mesh,
-                       rules=self.model.rules)
+                       rules=self.model.rules,
+                       token_mask_BT=None if token_mask is None else jnp.asarray(token_mask, bool))
         x_BTD = self.model.embed(input_ids_BT)
-        x_BTD, _ = self.model.decoder(x_BTD, ctx)
-        return self.model.constrain(self.model.norm(x_BTD))
+        x_BTD, _, stats = self.model.decoder(x_BTD, ctx)
+        return self.model.constrain(self.model.norm(x_BTD)), stats
 
     def lm_logits(self, hidden_BTD):
         """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk. On a
@@ -610,7 +655,7 @@ class Qwen3_5ForCausalLM(nnx.Module):
                        valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1), mesh=self.model.mesh,
                        rules=self.model.rules)
         x_BTD = self.model.embed(input_ids_BT)
-        x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
+        x_BTD, new_cache, _ = self.model.decoder(x_BTD, ctx, cache)
         new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
         return self.model.norm(x_BTD), new_cache
 
