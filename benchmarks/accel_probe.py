@@ -13,6 +13,10 @@ DeltaNet kernel, expert-parallel MoE or the engine, and ``--sections`` picks the
   DeltaNet + 1 gated attention, full width, bf16 compute, fp32 master weights) at 8k tokens under
   the chosen memory plan (``--remat``, ``--attention``): tokens/s, MFU against the chip's bf16
   dense peak (``flops_per_token`` of the truncated model), peak memory.
+* ``engine``: the embedded engine on the same depth-truncated 9B in bf16 (64 requests of 512
+  tokens + 256 generated, paged KV, then prefills arriving mid-decode): tokens/s, decode tokens/s;
+  and a 4B-sized policy's bf16 weight export to a memory-backed dir, its reload, and the fp32
+  ``save_hf`` it replaces (``bench_engine.probe``).
 
     python benchmarks/accel_probe.py                      # on the accelerator (< 8 minutes)
     python benchmarks/accel_probe.py --smoke              # tiny shapes on CPU (CI runs this)
@@ -184,6 +188,13 @@ def train_step_section(args) -> dict:
             "mfu": (flops / dt / peak) if peak else None,
             "mfu_note": None if peak else "no bf16 peak known for this device (CPU): MFU not reported",
             "memory": _peak_memory(compiled)}
+
+
+@section("engine")
+def engine_section(args) -> dict:
+    """Engine tokens/s of a depth-truncated 9B in bf16 (paged KV, mixed steps) and the weight sync of a 4B-sized export."""
+    from benchmarks import bench_engine
+    return bench_engine.probe(args.smoke)
 
 
 @section("gdn")

@@ -210,8 +210,8 @@ def policy_runner(run, workdir, *, checkpoint: str = "", pool_version: str = "")
     mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
     model, source = policy.policy_model(run.model, checkpoint, mesh, rules, seed=run.seed)
     r, log = run.rollout, run.loop.log
-    engine, sync = rollout.build_engine(r, model, tokenizer, seed=run.seed, version=0,
-                                        sync_dir="" if r.colocated else paths.local("weight_sync", r.sync_dir))
+    engine, sync = rollout.build_engine(r, model, tokenizer, seed=run.seed, version=0, platform=run.mesh.platform,
+                                        name=run.name)
     if not r.colocated:
         sync(model, 0)                      # the servers evaluate this policy
     store = rollout.open_store(paths.local("traces", log.traces_dir) if log.store_traces else None)

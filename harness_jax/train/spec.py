@@ -171,7 +171,8 @@ def learner_config(rl: RLSection, opt: OptSection, *, num_steps: int, temperatur
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
                          temperature=temperature, peak_flops_per_device=peak_flops,
-                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, seed=seed,
+                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, skip_no_signal=rl.skip_no_signal,
+                         seed=seed,
                          router_aux_coef=router_aux_coef)
 
 

@@ -55,7 +55,7 @@ def _run(script, config_arg, workdir, *extra, timeout=900):
 
 def _steps(workdir):
     return [d for d in read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-            if "learner/loss" in d or "learner/skipped_empty_batch" in d]
+            if "learner/optimizer_steps" in d or "learner/skipped_empty_batch" in d]
 
 
 @pytest.fixture(scope="module")

@@ -212,7 +212,7 @@ def test_ep_learner_trains_tiny_moe_like_one_device(tiny_hf_moe_dir):
     cfg = L.LearnerConfig(num_micro_batches=2, num_mini_batches=2, shuffle=False, router_aux_coef=0.001,
                           opt=L.OptimizerConfig(learning_rate=1e-3, eps=1e-5),
                           loss=losses.PolicyLossConfig(agg="token_mean"))
-    segs = random_segments(0, n=16, vocab=512)
+    segs = random_segments(0, n=48, vocab=512)      # 20 of the 32 rows: both mini-batches hold tokens
     batch = rlbatch.pack_segments(segs, rlbatch.PackConfig(buckets=(32,), row_multiple=32, min_rows=32))
     runs = {}
     for name, mesh in (("one", shd.make_mesh((1, 1, 1, 1), devices=jax.devices()[:1])),

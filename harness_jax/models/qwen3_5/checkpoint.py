@@ -385,7 +385,7 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
 # ---------------------------------------------------------------------------------------------
 # export
 # ---------------------------------------------------------------------------------------------
-def _hf_tensors(model: Qwen3_5ForCausalLM):
+def hf_tensors(model: Qwen3_5ForCausalLM):
     """Yield ``(hf_name, fetch)`` in a stable order; ``fetch()`` returns one host numpy tensor."""
     cfg = model.config
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
@@ -438,10 +438,10 @@ def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, 
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     cfg = model.config
-    entries = list(_hf_tensors(model))
+    entries = list(hf_tensors(model))
     any_var = jax.tree.leaves(nnx.state(model, nnx.Param))[0]
     disk_dtype = np.dtype(jnp.dtype(dtype)) if dtype is not None else np.dtype(any_var.dtype)
-    shapes = [_entry_shape(model, name) for name, _ in entries]
+    shapes = [entry_shape(model, name) for name, _ in entries]
     files, cur, cur_bytes = [], [], 0
     for entry, shape in zip(entries, shapes):
         nbytes = int(np.prod(shape, dtype=np.int64)) * disk_dtype.itemsize
@@ -470,7 +470,8 @@ def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, 
     return out_dir
 
 
-def _entry_shape(model, name):
+def entry_shape(model, name):
+    """Shape of HF tensor ``name`` of ``model`` (per-expert and per-layer forms included)."""
     cfg = model.config
     if ".experts." in name and name.split(".experts.")[1][0].isdigit():
         D, I = cfg.hidden_size, cfg.moe_intermediate_size
@@ -490,13 +491,16 @@ def _entry_shape(model, name):
 
 
 def _write_safetensors(path, group, shapes, disk_dtype) -> int:
-    """Stream tensors into one safetensors file (header from the known shapes, then data one
-    tensor at a time); returns the data byte count."""
-    st_dtype = _NP_TO_ST[np.dtype(disk_dtype)]
+    return write_safetensors(path, group, shapes, [np.dtype(disk_dtype)] * len(group))
+
+
+def write_safetensors(path, group, shapes, dtypes) -> int:
+    """Stream ``(name, fetch)`` tensors into one safetensors file, tensor i as ``dtypes[i]``
+    (header from the known shapes, then data one tensor at a time); returns the data bytes."""
     header, offset = {}, 0
-    for (name, _), shape in zip(group, shapes):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * disk_dtype.itemsize
-        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+    for (name, _), shape, dt in zip(group, shapes, dtypes):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        header[name] = {"dtype": _NP_TO_ST[np.dtype(dt)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header["__metadata__"] = {"format": "pt"}
     hbytes = json.dumps(header, separators=(",", ":")).encode()
@@ -504,10 +508,72 @@ def _write_safetensors(path, group, shapes, disk_dtype) -> int:
     with open(path, "wb") as f:
         f.write(_struct.pack("<Q", len(hbytes)))
         f.write(hbytes)
-        for (name, fetch), shape in zip(group, shapes):
-            a = np.ascontiguousarray(np.asarray(fetch()).astype(disk_dtype, copy=False))
+        for (name, fetch), shape, dt in zip(group, shapes, dtypes):
+            a = np.ascontiguousarray(np.asarray(fetch()).astype(dt, copy=False))
             if tuple(a.shape) != tuple(shape):
                 raise CheckpointError(f"save_hf: tensor {name!r} has shape {a.shape}, planned {tuple(shape)}")
             f.write(memoryview(a.reshape(-1).view(np.uint8)))   # no bytes copy of the tensor
             del a
     return offset
+
+
+class _MemoryReader(_SourceReader):
+    """``_SourceReader`` over in-memory HF-named arrays (a weight update sent over the wire)."""
+
+    def __init__(self, arrays: dict):
+        super().__init__({k: TensorInfo("<memory>", "", tuple(np.shape(v)), 0, 0) for k, v in arrays.items()},
+                         "model.")
+        self.arrays = arrays
+
+    def read(self, name: str, our_path: str, rows=None) -> np.ndarray:
+        self.info(name, our_path)
+        self.used.add(name)
+        a = np.asarray(self.arrays[name])
+        return a if rows is None else a[rows]
+
+
+def _layer_names(src: ParamSource) -> list:
+    return [src.hf_name if src.layers is None else src.hf_name.format(layer=l) for l in (src.layers or (None,))]
+
+
+def _source_names(src: ParamSource, cfg: Qwen3_5Config, arrays: dict) -> list:
+    """The HF tensor names parameter ``src`` is built from (per-expert names for MoE experts
+    given that way)."""
+    names = _layer_names(src)
+    if src.kind == "plain":
+        return names
+    parts = ("gate_proj", "up_proj") if src.kind == "gate_up" else ("down_proj",)
+    out = []
+    for n in names:
+        base = n.rsplit(".", 1)[0]
+        out += [n] if n in arrays else [f"{base}.{x}.{q}.weight" for x in range(cfg.num_experts) for q in parts]
+    return out
+
+
+def state_from_hf_tensors(model: Qwen3_5ForCausalLM, arrays: dict) -> tuple[nnx.State, set]:
+    """``model``'s parameter state with every parameter whose HF tensors are all in ``arrays``
+    (``{hf_name: array}``, the names ``save_hf`` writes) replaced, in the parameter's dtype and
+    sharding; the others are kept. Returns ``(state, names used)``: a parameter only partly
+    covered (some layers of a stacked one) is left for a later call. Names the model does not
+    have, or wrong shapes, raise ``CheckpointError``."""
+    cfg = model.config
+    reader = _MemoryReader(arrays)
+    state = nnx.state(model, nnx.Param)
+    flat = nnx.to_flat_state(state)
+    table = {s.path: s for s in param_mapping(cfg, [p for p, _ in flat])}
+    known, leaves = set(), []
+    for p, var in flat:
+        src = table[tuple(p)]
+        needed = _source_names(src, cfg, arrays)
+        known.update(_layer_names(src), _source_names(src, cfg, {}))
+        if not all(reader.has(n) for n in needed):
+            leaves.append((p, var))
+            continue
+        cur = var[...]
+        cb = _build_callback(reader, src, cfg, cur.shape, np.dtype(cur.dtype))
+        leaves.append((p, var.replace(jax.make_array_from_callback(cur.shape, cur.sharding, cb))))
+    unknown = sorted(set(arrays) - known)
+    if unknown:
+        raise CheckpointError(f"weight update names {len(unknown)} tensors the model does not have, e.g. "
+                              f"{unknown[:3]}; send the names save_hf writes (model.layers.N...)")
+    return nnx.from_flat_state(leaves), set(reader.used)
