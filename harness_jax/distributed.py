@@ -29,6 +29,9 @@ import os
 from typing import Optional
 
 import jax
+from absl import flags
+
+from harness_jax import xla_flags
 
 from harness_jax import compile_cache
 
@@ -40,7 +43,6 @@ def define_flags() -> None:
     global _FLAGS_DEFINED
     if _FLAGS_DEFINED:
         return
-    from absl import flags
     flags.DEFINE_string("coordinator_address", None, "host:port of process 0 for jax.distributed")
     flags.DEFINE_integer("num_processes", None, "total number of processes (hosts)")
     flags.DEFINE_integer("process_id", None, "index of this process in [0, num_processes)")
@@ -50,7 +52,6 @@ def define_flags() -> None:
 def _flag(name):
     if not _FLAGS_DEFINED:
         return None
-    from absl import flags
     f = flags.FLAGS
     try:
         return getattr(f, name) if f.is_parsed() else None
@@ -117,7 +118,6 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
     (``harness_jax.compile_cache``) and logs the process index, device counts and platform.
     """
     if platform is not None:
-        from harness_jax import xla_flags
         set_flags = xla_flags.apply(platform)
         if set_flags:
             logging.info("XLA flags for %s: %s", platform, set_flags)

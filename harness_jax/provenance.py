@@ -7,10 +7,11 @@ import os
 import subprocess
 from typing import Optional
 
+import harness_jax
+
 
 def repo_root() -> str:
     """The checkout harness_jax is imported from (the directory holding ``harness_jax/``)."""
-    import harness_jax
     return os.path.dirname(os.path.dirname(os.path.abspath(harness_jax.__file__)))
 
 

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from flax import nnx
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
@@ -146,8 +147,6 @@ def var_logical_axes(var) -> tuple:
 
 def state_shardings(state, mesh: Mesh, rules=None):
     """Map an nnx State (abstract or concrete) to NamedShardings from each Variable's logical axes."""
-    from flax import nnx
-
     def one(var):
         return var.replace(named_sharding(var_logical_axes(var), mesh, rules, var.shape))
 
@@ -156,8 +155,6 @@ def state_shardings(state, mesh: Mesh, rules=None):
 
 def shard_model(model, mesh: Mesh, rules=None):
     """Place an existing nnx model's variables onto ``mesh`` per the rules (in place)."""
-    from flax import nnx
-
     state = nnx.state(model)
     sh = state_shardings(state, mesh, rules)
     new = jax.tree.map(lambda v, s: v.replace(jax.device_put(v[...], s[...] if hasattr(s, "get_value") else s)),
@@ -173,8 +170,6 @@ def init_sharded(make_model, mesh: Mesh, rules=None):
     ``Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))``). No full copy of the weights ever exists on
     one device.
     """
-    from flax import nnx
-
     abstract = nnx.eval_shape(make_model)
     graphdef, abs_state = nnx.split(abstract)
     out_sh = state_shardings(abs_state, mesh, rules)
@@ -185,8 +180,6 @@ def init_sharded(make_model, mesh: Mesh, rules=None):
 
 def golden_shardings(state, mesh: Mesh, rules=None) -> dict:
     """{param path: PartitionSpec string} for snapshot tests of the sharding layout."""
-    from flax import nnx
-
     sh = state_shardings(state, mesh, rules)
     out = {}
     for path, v in nnx.to_flat_state(sh):

@@ -32,7 +32,8 @@ def main(argv):
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from harness_jax import compile_cache
-    from harness_jax.harness_r1 import evaluate, pipeline
+    from harness_jax.harness_r1 import evaluate
+    from harness_jax.train.console import Console
     compile_cache.enable()
 
     if _MERGE.value:
@@ -49,7 +50,7 @@ def main(argv):
         if _CONFIG.value is None or not _WORKDIR.value:
             raise app.UsageError("give --config and --workdir (or --merge and --out)")
         table = evaluate.run_table(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value, arms=_ARMS.value,
-                                   console=pipeline.Console(enabled=True))
+                                   console=Console("on", echo=True))
     print(evaluate.markdown(table))
 
 

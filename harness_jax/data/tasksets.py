@@ -39,7 +39,10 @@ import os
 import re
 from typing import Callable, Optional
 
+import grain
+
 from harness_jax.envs.base import SPLITS, Task
+from harness_jax.envs import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +57,6 @@ class TaskSetSpec:
     def tasks(self, split: str, **kw) -> list[Task]:
         if self.load is not None:
             return list(self.load(split, **kw))
-        from harness_jax.envs import registry
         return registry.load_split(self.family, split, **kw)
 
 
@@ -174,10 +176,7 @@ class TaskSetSource:
     (``len``, ``[i]``; what ``TaskStream`` and grain's ``MapDataset.source`` take)."""
 
     def __init__(self, directory: str, split: str):
-        import grain
         import tensorflow_datasets as tfds   # its readers import no TensorFlow
-
-        from harness_jax.envs import registry
 
         registry.check_split(split)
         if split == "test":

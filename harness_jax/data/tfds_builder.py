@@ -17,14 +17,17 @@ import os
 import types
 from typing import Optional, Sequence
 
+import numpy as np
+
 from harness_jax.data import tasksets
 from harness_jax.envs.base import SPLITS
+from harness_jax import provenance
+from harness_jax.envs import registry
 
 _CLASSES: dict = {}
 
 
 def _features():
-    import numpy as np
     import tensorflow_datasets as tfds
     return tfds.features.FeaturesDict({
         "index": np.int64,                 # position in the registry's split list
@@ -86,9 +89,6 @@ def build(family: str, data_dir: str, kwargs: Optional[dict] = None, split_kwarg
     split_kwargs: per-split additions (``{"test": {"n": 64}}``); config: the builder-config name
     (default ``tasksets.config_name(kwargs, split_kwargs)``)."""
     import tensorflow_datasets as tfds
-
-    from harness_jax import provenance
-    from harness_jax.envs import registry
 
     spec = tasksets.spec(family)
     kwargs = dict(spec.default_kwargs if kwargs is None else kwargs)

@@ -20,11 +20,15 @@ import html
 import os
 import time
 from typing import Callable, Iterable, Optional, Sequence, Union
+import sys
 
 import numpy as np
 
 from harness_jax.eval import rows as rows_lib, tables as tables_lib
 from harness_jax.eval.runs import Run, TablesError
+from harness_jax.eval import runs as runs_lib
+from harness_jax.harness_s.pool import load_pool
+from harness_jax.provenance import repo_root
 
 DEFAULT_CURVES = ("eval/success_rate", "rollout/success_rate", "rollout/reward_mean",
                   "groups/zero_variance_fraction", "rescue/trigger_rate", "rescue/success_rate",
@@ -168,8 +172,6 @@ def pool_paths(runs: Sequence[Run], repo_root: str = "") -> list[str]:
 def plot_complementarity(pool_path: str, path_stem: str, max_tasks: int = 60) -> Optional[list[str]]:
     """Sibling complementarity of a frozen pool: which of H0's validation failures each sibling
     solves (a sibling x task matrix) and how many (``harness_s.pool.pool_report``'s matrix)."""
-    from harness_jax.harness_s.pool import load_pool   # a reader of the pool format (top layer only)
-
     pool = load_pool(pool_path)
     fails = pool.h0_failed_tasks()[:max_tasks]
     if not fails or len(pool) < 2:
@@ -226,7 +228,6 @@ def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence
 
 
 def _repo_root() -> str:
-    from harness_jax.provenance import repo_root
     return repo_root()
 
 
@@ -328,8 +329,6 @@ def generate(paths: Sequence[str], out_dir: Optional[str] = None, *, table: str 
     whose configs differ apart unless pooled over ``pool_over`` or ``pool_configs``), builds the
     tables of ``table`` (or of ``metrics``), writes the report under ``out_dir`` (default
     ``<first path>/report``). Returns ``{"runs", "grouping", "tables", "markdown", "files"}``."""
-    from harness_jax.eval import runs as runs_lib
-
     wrap = _progress("reading runs") if progress else None
     runs = runs_lib.load_runs(paths, progress=wrap)
     if not any(r.done for r in runs):
@@ -360,8 +359,6 @@ def _check_rows(rows: Sequence[str], runs: Sequence[Run]) -> None:
 
 
 def _progress(desc: str) -> Callable[[Iterable], Iterable]:
-    import sys
-
     from tqdm import tqdm
 
     def wrap(it):
@@ -373,6 +370,4 @@ def _progress(desc: str) -> Callable[[Iterable], Iterable]:
 
 def list_metrics(paths: Sequence[str]) -> list[str]:
     """The scalar names the finished runs under ``paths`` hold (``--list_metrics``)."""
-    from harness_jax.eval import runs as runs_lib
-
     return sorted({k for r in runs_lib.load_runs(paths) if r.done for k in r.scalars})

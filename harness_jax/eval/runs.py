@@ -44,6 +44,7 @@ import os
 from typing import Any, Callable, Iterable, Optional
 
 from harness_jax.sweeps import rundir as rd
+from harness_jax.scoring import pass_at_k
 
 RUN_MARKERS = ("summary.json", "metrics.jsonl", "engineer_summary.json", rd.META)
 
@@ -153,8 +154,6 @@ def rank1_task_values(res: dict) -> dict:
     """Per-task values of a Rank-1 results file, for the task level of the bootstrap:
     ``{"h0/avg@k": [...], "rank1/pass@k": [...], "gap/avg@k": [...], ...}`` over the tasks with at
     least one scored attempt under both (infrastructure errors are not scored, as in the file)."""
-    from harness_jax.eval.metrics import pass_at_k
-
     k = int(res.get("k") or 1)
     per: dict = {}
     for t in res["per_task"]:

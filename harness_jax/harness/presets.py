@@ -11,16 +11,16 @@ neutral H0 (its first observation is the task, 50 turns). There is no list of fa
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from harness_jax.harness.specs import HarnessSpec
+from harness_jax.envs import registry
 
 PROTOCOLS = ("text", "function")
 
 
 def base_harness(env_name: str, protocol: str = "function", **overrides) -> HarnessSpec:
     """H0 for ``env_name`` (``protocol``: "text" or "function"); ``overrides`` replace fields."""
-    from harness_jax.envs import registry
-
     if protocol not in PROTOCOLS:
         raise ValueError(f"base_harness: protocol must be 'text' or 'function', got {protocol!r}")
     try:
@@ -59,8 +59,6 @@ def named(name: str, env_name: str, protocol: str) -> HarnessSpec:
 
 def resolve(spec: str, env_name: str, protocol: str) -> HarnessSpec:
     """A run's harness: ``spec`` = '' (the benchmark's H0), a registered name, or a JSON/YAML file."""
-    import os
-
     if not spec:
         return base_harness(env_name, protocol)      # the published protocol of the benchmark
     if spec in names():

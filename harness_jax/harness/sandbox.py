@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from typing import Any, Optional
+import queue
 
 log = logging.getLogger(__name__)
 
@@ -323,7 +324,6 @@ class HookSandboxPool:
     def __init__(self, size: int = 4, config: SandboxConfig = SandboxConfig()):
         if size < 1:
             raise ValueError(f"HookSandboxPool.size must be >= 1, got {size}")
-        import queue
 
         self.config = config
         self.workers = [HookSandbox(config) for _ in range(size)]

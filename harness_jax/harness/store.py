@@ -5,7 +5,7 @@ and ``index.jsonl`` (one small record per episode: ids, outcome, byte offset of 
 Appends take an exclusive ``flock`` so several processes can share one store. Full traces are
 kept on purpose: Meta-Harness found full traces beat summaries for proposing harness edits.
 
-Metrics come from the index: success rate, unbiased pass@k and avg@k (``harness_jax.eval.metrics``),
+Metrics come from the index: success rate, unbiased pass@k and avg@k (``harness_jax.scoring``),
 excluding infrastructure failures, which are not task outcomes.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 from typing import Any, Iterator, Optional, Sequence
 
 from harness_jax.harness.trajectory import Trajectory
+from harness_jax.scoring import summarize
 
 INDEX_FIELDS = ("episode_id", "run_id", "task_id", "env_name", "harness_id", "overlay_id",
                 "group_id", "policy_version", "success", "reward", "status", "infra_error",
@@ -99,8 +100,6 @@ class TrajectoryStore:
 
     def metrics(self, ks: Sequence[int] = (1, 3), **filters) -> dict[str, Any]:
         """Success rate, pass@k and avg@k over stored episodes (infrastructure failures excluded)."""
-        from harness_jax.eval.metrics import summarize
-
         recs = self.index(include_infra=True, **filters)
         n_infra = sum(1 for r in recs if r.get("infra_error"))
         good = [{"task_id": r["task_id"], "success": bool(r.get("success")),

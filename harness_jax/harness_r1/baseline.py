@@ -35,6 +35,7 @@ from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_r1.targets import FrozenTarget, as_target
+from harness_jax.envs import registry
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,6 @@ class EnvRef:
                              f"travel to worker processes): {e}") from e
 
     def make(self) -> Env:
-        from harness_jax.envs import registry
-
         return registry.make(self.name, **self.kwargs)
 
     def to_dict(self) -> dict:

@@ -29,6 +29,17 @@ import time
 from typing import Optional, Sequence
 
 from harness_jax.harness_r1.packets import PacketDataset
+from harness_jax.envs import registry
+from harness_jax.harness.presets import base_harness
+from harness_jax.harness.specs import HarnessSpec
+from harness_jax.harness_r1.baseline import BaselineCache, EnvRef
+from harness_jax.harness_r1.engineers import PromptEngineer, RuleBasedEngineer
+from harness_jax.harness_r1.packets import build_packet_dataset
+from harness_jax.harness_r1.prompt import normalise_response, sft_example
+from harness_jax.harness_r1.targets import TargetSpec
+from harness_jax.rl.sft import sft_segment
+from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 
 def _progress(total: int, desc: str):
@@ -44,15 +55,11 @@ def teacher_responses(packets, teacher, *, k: int = 1, seed: int = 0,
     a valid patch is dropped and counted (it teaches nothing). Rows ``{"packet_id", "split",
     "teacher", "response", "sample"}``; returns ``(rows, stats)``. Engineer training data: built
     inside ``registry.training_scope`` (no test-split task can be made by the teacher)."""
-    from harness_jax.envs import registry
-
     with registry.training_scope("harness_r1 sft examples"):
         return _teacher_responses(packets, teacher, k, seed, progress)
 
 
 def _teacher_responses(packets, teacher, k, seed, progress) -> tuple[list[dict], dict]:
-    from harness_jax.harness_r1.prompt import normalise_response
-
     rows, rejected, reasons = [], 0, {}
     for i, pk in enumerate(packets):
         for j, resp in enumerate(teacher.propose(pk, k, seed * 100000 + i)):
@@ -76,8 +83,6 @@ def _teacher_responses(packets, teacher, k, seed, progress) -> tuple[list[dict],
 def examples_from_responses(rows, packets, tokenizer) -> list[dict]:
     """Teacher response rows (``teacher_responses``) as SFT examples with token ids
     (``prompt.sft_example`` + the row's fields)."""
-    from harness_jax.harness_r1.prompt import sft_example
-
     by_id = {pk.packet_id: pk for pk in packets}
     missing = sorted({r["packet_id"] for r in rows} - set(by_id))
     if missing:
@@ -121,8 +126,6 @@ def load_sft_examples(path: str) -> list[dict]:
 
 def sft_segments(path_or_examples) -> list:
     """SFT examples as the learner's ``TokenSegment``s (``rl.sft.sft_segment``)."""
-    from harness_jax.rl.sft import sft_segment
-
     exs = (load_sft_examples(path_or_examples) if isinstance(path_or_examples, str)
            else path_or_examples)
     return [sft_segment(e["prompt_ids"], e["response_ids"], task_id=e.get("packet_id", ""))
@@ -157,13 +160,6 @@ def _json_arg(text: Optional[str], flag: str) -> dict:
 
 
 def cmd_packets(args) -> dict:
-    from harness_jax.harness.presets import base_harness
-    from harness_jax.harness.specs import HarnessSpec
-    from harness_jax.sampling.tokenizer import load_tokenizer
-    from harness_jax.harness_r1.baseline import BaselineCache, EnvRef
-    from harness_jax.harness_r1.packets import build_packet_dataset
-    from harness_jax.harness_r1.targets import TargetSpec
-
     batches = _parse_batches(args.batches)
     env = EnvRef(args.env, _json_arg(args.env_kwargs, "--env-kwargs"))
     spec = TargetSpec.from_dict(_json_arg(args.target, "--target"))
@@ -194,11 +190,8 @@ def cmd_packets(args) -> dict:
 
 
 def make_teacher(args):
-    from harness_jax.harness_r1.engineers import PromptEngineer, RuleBasedEngineer
-
     if args.teacher == "rule":
         return RuleBasedEngineer()
-    from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
 
     if not args.base_url or not args.model:
         raise SystemExit("--teacher endpoint needs --base-url and --model")
@@ -211,8 +204,6 @@ def make_teacher(args):
 
 
 def cmd_sft(args) -> dict:
-    from harness_jax.sampling.tokenizer import load_tokenizer
-
     ds = PacketDataset(args.packets)
     packets = ds.load(args.split)
     if args.limit:

@@ -24,6 +24,8 @@ import math
 import os
 from typing import Optional, Sequence
 
+import numpy as np
+
 from harness_jax.harness_r1.pipeline import read_metrics
 
 EVAL_TAGS = (("before_sft", "untrained"), ("after_sft", "sft"), ("final", "grpo"))
@@ -133,7 +135,6 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     fig, ax = plt.subplots(1, 2, figsize=(16, 4.8), gridspec_kw={"width_ratios": [1, 1.5]})
     curves = [r["grpo_steps"] for r in runs if r["grpo_steps"]]

@@ -22,6 +22,7 @@ import asyncio
 import json
 import uuid
 from typing import Optional, Protocol, Sequence
+import dataclasses
 
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_r1.baseline import run_sync
@@ -336,8 +337,6 @@ def self_refine_patch(env_name: str) -> dict:
 def react_harness(harness):
     """ReAct as a harness: reasoning before every action, same calling convention (a text
     protocol keeps its action format, so the environment parses the same replies)."""
-    import dataclasses
-
     system = (harness.system_prompt.strip() + "\n\n" + REACT_PROMPT).strip()
     return dataclasses.replace(harness, name=harness.name + "+react", system_prompt=system)
 

@@ -33,6 +33,7 @@ import os
 import re
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence
+import contextlib
 
 from harness_jax.envs.base import Task
 from harness_jax.harness.specs import truncate_text
@@ -40,6 +41,7 @@ from harness_jax.harness.traces import render_transcript, runtime_signals, sanit
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_r1.baseline import EnvRef, run_baseline
 from harness_jax.harness_r1.targets import TargetIdentity, as_target
+from harness_jax.envs import registry
 
 log = logging.getLogger(__name__)
 
@@ -435,10 +437,6 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
     environment's ``test`` split (a final-evaluation set, built inside the caller's
     ``registry.sealed_test_access``).
     """
-    import contextlib
-
-    from harness_jax.envs import registry
-
     mapping = dict(PACKET_SPLITS, **(env_splits or {}))
     unknown = sorted(set(batches) - set(PacketDataset.SPLITS))
     if unknown:
@@ -452,8 +450,6 @@ def build_packet_dataset(target, env, harness, out_dir: str, *, batches: dict,
 
 def _build_packet_dataset(target, env, harness, out_dir, batches, batch_size, budget_tokens, n_per_task,
                           seed, cache, tokenizer, config, mapping, split_kwargs, progress) -> PacketDataset:
-    from harness_jax.envs import registry
-
     target = as_target(target, tokenizer)
     env = EnvRef.of(env)
     ds = PacketDataset(out_dir)

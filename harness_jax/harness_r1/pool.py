@@ -25,14 +25,13 @@ from harness_jax.harness import workers
 from harness_jax.harness_r1.baseline import Baseline
 from harness_jax.harness_r1.reward import PatchEvaluation
 from harness_jax.harness_r1.targets import TargetSpec
+from harness_jax.harness_r1.reward import RewardCache, aevaluate_patch
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
 
 def _worker_state(setup: tuple) -> dict:
-    from harness_jax.harness_r1.reward import RewardCache
-    from harness_jax.sampling.tokenizer import load_tokenizer
-
     spec, tokenizer_path, cache_dir = setup
     tok = load_tokenizer(tokenizer_path) if tokenizer_path else load_tokenizer()
     return {"tokenizer": tok, "target": TargetSpec.from_dict(spec).build(tok),
@@ -42,8 +41,6 @@ def _worker_state(setup: tuple) -> dict:
 async def _evaluate_job(ctx: workers.WorkerContext, setup: workers.Ref, patch: Any,
                         env_name: str, tasks: list, baseline: dict, options: dict) -> dict:
     """Worker job: one patch's Δ_B on the worker's own copy of the target."""
-    from harness_jax.harness_r1.reward import aevaluate_patch
-
     st = ctx.cached(setup.key, lambda: _worker_state(ctx.resident(setup)))
     ev = await aevaluate_patch(patch, env_name, st["target"], tasks,
                                Baseline.from_summary(baseline), cache=st["cache"],

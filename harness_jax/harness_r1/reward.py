@@ -42,6 +42,9 @@ from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_r1.baseline import Baseline, EnvRef, run_keyed, run_sync
 from harness_jax.harness_r1.targets import FrozenTarget, TargetIdentity, as_target
+from harness_jax.rl.losses import group_advantages
+from harness_jax.types import TokenSegment
+from harness_jax.harness.overlay import reject_runtime_noop
 
 REWARD_PROTOCOL = "harness-r1-reward-v1"
 
@@ -213,8 +216,6 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
                          require_code_hook_only=require_code_hook_only,
                          response_protocol=response_protocol)
     if res.ok and dry_run_contexts is not None:
-        from harness_jax.harness.overlay import reject_runtime_noop
-
         msg = reject_runtime_noop(res.patch, dry_run_contexts, env_name=env_name)
         if msg:
             return PatchEvaluation(0.0, True, True, [msg], patch_id=res.patch.patch_id,
@@ -306,8 +307,6 @@ def group_advantages_K(rewards_K, scored_K=None, eps: float = 1e-6) -> tuple[np.
     are left out of the mean and std. A packet whose scored rewards are all equal (or that has
     fewer than two scored samples) is zero-variance: every advantage is exactly 0.
     """
-    from harness_jax.rl.losses import group_advantages
-
     r_K = np.asarray(rewards_K, np.float32)
     if r_K.ndim != 1:
         raise ValueError(f"rewards_K must be 1-D (one packet's K rewards), got {r_K.shape}")
@@ -402,8 +401,6 @@ def engineer_segments(prompt_ids, results, group: GroupEvaluation, packet_id: st
     level ``A_k`` shared by all its tokens, ``reward`` = ``r_k``, one group per packet.
     Unscored samples (infrastructure-incomplete evaluations) are left out: they are not a
     lesson for the engineer. ``results``: the engine's ``GenerateResult`` per sample."""
-    from harness_jax.types import TokenSegment
-
     if len(results) != len(group.evaluations):
         raise ValueError(f"engineer_segments: {len(results)} results for "
                          f"{len(group.evaluations)} evaluated samples")

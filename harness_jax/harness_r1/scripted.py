@@ -36,6 +36,9 @@ import random
 from typing import Optional, Sequence
 
 from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
+from harness_jax.envs import registry
+from harness_jax.envs.splits import current_test_access
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 INDEX_SPLITS = ("train", "search", "selection")
 MAX_INDEX = 20000
@@ -130,11 +133,8 @@ class ScriptedDBBenchAgent(TextPolicy):
 
     def _grow(self) -> bool:
         """Indexes twice as many generated tasks per split (False when at the limit)."""
-        from harness_jax.envs import registry
-
         if self._fixed or self._indexed >= MAX_INDEX:
             return False
-        from harness_jax.envs.splits import current_test_access
 
         n = min(max(2 * self._indexed, 256), MAX_INDEX)
         # the test split only inside an evaluation entry point's sealed_test_access
@@ -173,8 +173,6 @@ def dbbench_agent(tokenizer=None, *, seed: int = 0, categories: Optional[Sequenc
     """``TargetSpec(kind="factory")`` entry point: the scripted agent over the generated DBBench
     splits of ``seed`` (the env's / packet builder's task seed)."""
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer()
     return ScriptedDBBenchAgent(tokenizer, seed=seed, categories=categories, p_hasty=p_hasty,
                                 p_sloppy=p_sloppy)

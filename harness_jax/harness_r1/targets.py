@@ -34,8 +34,15 @@ import logging
 import os
 from typing import Any, Optional, Sequence
 
+import jax.numpy as jnp
+
 from harness_jax.sampling import chat
 from harness_jax.sampling.types import GenerateRequest, GenerateResult, RolloutEngine
+from harness_jax.models import qwen3_5
+from harness_jax.sampling.engine import JaxEngine
+from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
+from harness_jax.sampling.sglang_client import SGLangClient
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -312,11 +319,6 @@ class TargetSpec:
 
 
 def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    import jax.numpy as jnp
-
-    from harness_jax.models import qwen3_5
-    from harness_jax.sampling.engine import JaxEngine
-
     if not os.path.isdir(spec.model):
         raise FileNotFoundError(f"TargetSpec.model: no weights directory at {spec.model}; "
                                 "export the target with qwen3_5.save_hf(model, dir) first")
@@ -325,8 +327,6 @@ def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"TargetSpec.options.dtype: {dtype!r}; use 'float32' or 'bfloat16'")
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(o.get("tokenizer_path") or spec.model)
     model = qwen3_5.load_hf(spec.model, dtype=dtype)
     stops = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
@@ -340,8 +340,6 @@ def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
 
 
 def _build_sglang(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    from harness_jax.sampling.sglang_client import SGLangClient
-
     o = spec.options
     client = SGLangClient(list(spec.urls), max_concurrency=int(o.get("max_concurrency", 64)),
                           timeout_s=float(o.get("timeout_s", 600.0)),
@@ -359,12 +357,8 @@ def _build_sglang(spec: TargetSpec, tokenizer) -> FrozenTarget:
 
 
 def _build_chat(spec: TargetSpec, tokenizer) -> FrozenTarget:
-    from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
-
     o = spec.options
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(o.get("tokenizer_path"))
     cfg = ChatClientConfig(
         base_url=spec.urls[0], model=spec.model, api_key_env=o.get("api_key_env"),

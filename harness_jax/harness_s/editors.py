@@ -27,6 +27,7 @@ from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_s.rootcause import LABELS, Direction
+from harness_jax.harness_s.llm import structured_call
 
 
 class NotApplicable(Exception):
@@ -578,8 +579,6 @@ class LLMEditor:
 
     def propose(self, parent: Sibling, direction: Direction, *, n: int,
                 context: EditContext) -> list[EditOutcome]:
-        from harness_jax.harness_s.llm import structured_call
-
         out = []
         msgs = self.messages(parent, direction, context)
         for i in range(n):

@@ -27,6 +27,7 @@ import dataclasses
 import logging
 import time
 from typing import Callable, Mapping, Optional, Sequence
+import asyncio
 
 from harness_jax.envs.base import Task
 from harness_jax.harness.traces import render_trace
@@ -39,6 +40,8 @@ from harness_jax.harness_s.pool import (PoolEntry, SiblingPool, freeze_pool, har
                                         results_from_trajectories, solved_tasks)
 from harness_jax.harness_s.profiles import pair_trajectories, summarise_offline
 from harness_jax.harness_s.rootcause import LLMDiagnoser, label_failures, repair_directions
+from harness_jax.envs import registry
+from harness_jax.harness.executor import ExecutorConfig, run_episodes
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +115,6 @@ def executor_rollout(engine, env_factory: Callable, *, tokenizer=None, n_per_tas
     ``n_per_task`` episodes per task with the policy behind ``engine`` (synchronous; for
     ``launch/evolve.py`` and tests, not for use inside a running event loop). ``backend``:
     episode workers (``harness.workers``) for the validation episodes; None runs them here."""
-    import asyncio
-
-    from harness_jax.harness.executor import ExecutorConfig, run_episodes
-
     cfg = config or ExecutorConfig()
 
     def rollout(sibling: Sibling, tasks: Sequence[Task]) -> list[Trajectory]:
@@ -264,8 +263,6 @@ def evolve(base: Sibling, *, train_tasks: Sequence[Task], val_tasks: Sequence[Ta
     """Evolves children of ``base`` along repair directions (see the module docstring). Runs
     inside ``registry.training_scope``: nothing it calls (rollouts, editors, callbacks) can make
     test-split tasks, and test tasks given as inputs are refused."""
-    from harness_jax.envs import registry
-
     if not train_tasks or not val_tasks:
         raise ValueError("evolve needs training tasks (for failures) and validation tasks")
     registry.assert_no_test_tasks(list(train_tasks) + list(val_tasks), "harness_s.evolve")

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional, Sequence
 from harness_jax.harness.traces import render_trace
 from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_s.rootcause import episode_signals, extract_root_cause
+from harness_jax.harness_s.llm import structured_call
 
 SIGNALS = {  # signal -> readable name (per episode means)
     "turns": "turns per episode",
@@ -243,8 +244,6 @@ class LLMProfiler:
 
     def summarise(self, sibling_id: str, pairs: Sequence[PairedResult], policy_version: str = "",
                   *, description: str = "") -> BehaviourProfile:
-        from harness_jax.harness_s.llm import structured_call
-
         offline = summarise_offline(sibling_id, pairs, policy_version)
         shown = [p for p in pairs if p.base_rate != p.sibling_rate][: self.max_pairs]
         ex = []

@@ -29,6 +29,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from harness_jax.rl.losses import group_advantages, zero_variance
+
 CALIBRATIONS = ("with_original", "replaced")
 SPLIT_MODES = ("split", "per_helper")
 
@@ -77,8 +79,6 @@ def rescue_advantages_G(original_rewards_G: Sequence[float], rescue_rewards_R: S
 
     With ``"replaced"`` the originals' advantages are zeros (they are not in the statistics).
     """
-    from harness_jax.rl.losses import group_advantages
-
     if calibration not in CALIBRATIONS:
         raise ValueError(f"rescue_advantages: calibration={calibration!r}; use one of "
                          f"{CALIBRATIONS}")
@@ -135,8 +135,6 @@ def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.
     before and after rescue, per-helper calls/attempts/successes, rescue wall time (the union
     of the concurrent rescues' intervals) as a fraction of ``step_wall_s``."""
     n = len(records)
-
-    from harness_jax.rl.losses import zero_variance   # the one definition
 
     def zero_var(r):
         return len(r) == 0 or bool(zero_variance(np.asarray(r, np.float32)[None, :])[0])

@@ -43,6 +43,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from harness_jax.harness.traces import render_trace, runtime_signals
 from harness_jax.harness.trajectory import Trajectory
+from harness_jax.harness_s.llm import structured_call
 
 LABELS = {
     "unparsable_action": "most replies had no parsable action (format errors)",
@@ -303,8 +304,6 @@ class LLMDiagnoser:
         return dict(value, root_cause=label), []
 
     def diagnose(self, traj: Trajectory, cause: RootCause) -> RootCause:
-        from harness_jax.harness_s.llm import structured_call
-
         res = structured_call(self.client, self._messages(traj, cause), schema=DIAGNOSIS_SCHEMA,
                               check=self._check, role="diagnoser",
                               temperature=self.temperature, seed=self.seed,

@@ -52,6 +52,9 @@ from harness_jax.harness_s.pool import SiblingPool, results_from_trajectories, s
 from harness_jax.harness_s.profiles import (BehaviourProfile, LLMProfiler, pair_trajectories,
                                             summarise_offline)
 from harness_jax.harness_s.rootcause import extract_root_cause
+from harness_jax.harness_s.config import harness_s_problems
+from harness_jax.harness_s.llm import make_client, structured_call
+from harness_jax.harness_s.pool import load_pool
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -378,7 +381,6 @@ class LLMVoteRouter(FeaturesRouter):
 
     def __init__(self, config, pool, clients: Optional[Sequence] = None):
         super().__init__(config, pool)
-        from harness_jax.harness_s.llm import make_client
 
         self.voters: list[VoterSpec] = list(config.voters)
         self.clients = list(clients) if clients is not None else [
@@ -452,8 +454,6 @@ class LLMVoteRouter(FeaturesRouter):
 
     def vote(self, task, failed: list, cands: Sequence[str], k: int) -> list[dict]:
         """One vote per voter (in parallel): ``{voter, ok, ranking, errors, cached}``."""
-        from harness_jax.harness_s.llm import structured_call
-
         msgs = self.messages(task, failed, cands, k)
         check = self._vote_check(cands, k)
 
@@ -548,8 +548,6 @@ def find_harness_s_problems(config: Any, *, check_paths: bool = True,
                             environ: Optional[Mapping[str, str]] = None) -> list[Problem]:
     """Every problem of an experiment config's ``harness_s`` section (pool, rescue, router,
     selector, validation, re-anchoring, evolution, LLM endpoint); for the central validator."""
-    from harness_jax.harness_s.config import harness_s_problems
-
     return harness_s_problems(config, check_paths=check_paths, router_names=list(ROUTERS),
                               environ=environ)
 
@@ -572,8 +570,6 @@ def make_router(config_router: Any, pool: Any, *, environ: Optional[Mapping[str,
     file path). Bad configs raise ``ConfigValidationError`` naming the path and the fix.
     ``clients``: OpenAI-compatible clients replacing the voters' own (tests, shared clients)."""
     if isinstance(pool, (str, os.PathLike)):
-        from harness_jax.harness_s.pool import load_pool
-
         pool = load_pool(str(pool))
     if not isinstance(pool, SiblingPool):
         raise TypeError(f"make_router: pool must be a SiblingPool or a pool file path, got "

@@ -23,6 +23,9 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from harness_jax.sampling.chat import QWEN3_5_CHAT_TEMPLATE
+import base64
+
 # The pre-tokenisation regex of Qwen3.5 (letters include combining marks, digits split one by one).
 QWEN3_5_PATTERN = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"""
@@ -59,8 +62,6 @@ def qwen_rank_file() -> Path:
 
 def read_ranks(path: os.PathLike) -> dict[bytes, int]:
     """Parses a tiktoken rank file: one ``base64(token) rank`` pair per line."""
-    import base64
-
     ranks: dict[bytes, int] = {}
     with open(path, "rb") as f:
         for line in f:
@@ -203,7 +204,6 @@ def _load_cached(path_key: Optional[str], cache_dir: Optional[str] = None):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(path_key)
-    from harness_jax.sampling.chat import QWEN3_5_CHAT_TEMPLATE
 
     tok = PreTrainedTokenizerFast(
         tokenizer_file=str(cached_tokenizer_file(cache_dir)),

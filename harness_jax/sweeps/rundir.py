@@ -36,6 +36,7 @@ import time
 from typing import Any, Optional
 
 from harness_jax import provenance
+from harness_jax.rl.metrics import read_jsonl
 
 SWEEP_JSON = "sweep.json"
 LOCK = ".sweep.lock"
@@ -107,8 +108,6 @@ class RunDir:
     def metrics(self) -> list[dict]:
         """The launcher's ``metrics.jsonl`` records (a torn last line, from a run still writing or
         killed mid-write, is skipped)."""
-        from harness_jax.rl.metrics import read_jsonl
-
         return read_jsonl(os.path.join(self.path, "metrics.jsonl"))
 
     def summary(self) -> Optional[dict]:

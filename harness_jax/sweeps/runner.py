@@ -26,6 +26,7 @@ from harness_jax.sweeps import rundir as rd
 from harness_jax.sweeps.hyper import canonical
 from harness_jax.sweeps.local import assert_not_running
 from harness_jax.sweeps.spec import RunSpec, SweepError, config_diff, expand, split_config_arg
+from harness_jax.provenance import repo_root
 
 
 @dataclasses.dataclass
@@ -47,7 +48,6 @@ class Sweep:
 
 
 def default_repo_root() -> str:
-    from harness_jax.provenance import repo_root
     return repo_root()
 
 

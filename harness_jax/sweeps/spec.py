@@ -17,6 +17,9 @@ import os
 import sys
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from absl import flags
+from ml_collections import config_flags
+
 from harness_jax.sweeps import hyper
 
 
@@ -102,9 +105,6 @@ def override_flags(overrides: Mapping[str, Any]) -> tuple:
 
 def parse_launcher_config(config_arg: str, flags_: Sequence[str]):
     """The ConfigDict a launcher gets from ``--config=config_arg`` plus ``flags_`` (locked)."""
-    from absl import flags
-    from ml_collections import config_flags
-
     argv = ["launcher", f"--config={config_arg}", *flags_]
     fv = flags.FlagValues()
     holder = config_flags.DEFINE_config_file("config", None, "experiment config", flag_values=fv,

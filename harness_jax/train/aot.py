@@ -13,7 +13,11 @@ compilation uses CPU layouts and fusion, so the figures are indicative for GPU/T
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
+import re
+import shutil
+import tempfile
 import time
 from typing import Optional
 
@@ -21,7 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from harness_jax.config_schema import CHIP_HBM   # HBM per chip (bytes), by mesh.chip
+from harness_jax.rl import policy
+from harness_jax.rl.learner import Learner
+from harness_jax.train import spec as spec_lib
+from harness_jax.train.builders import CHIP_HBM   # HBM per chip (bytes), by mesh.chip
 
 
 # Pallas kernels compile on XLA:CPU only interpreted (a loop nest with nothing of the kernel's
@@ -45,30 +52,27 @@ class AotReport:
         return dataclasses.asdict(self)
 
 
-def abstract_learner(config, devices=None):
+def abstract_learner(run, devices=None):
     """The run's learner without weights (``Learner.abstract``): the real shardings and jitted
-    step, ``state`` as sharded ShapeDtypeStructs. Returns ``(learner, model_config)``. On CPU
-    devices a Pallas attention kernel is replaced by its memory-class stand-in (``CPU_STAND_IN``:
-    XLA:CPU compiles Pallas only interpreted, a loop nest with nothing of the kernel's memory
-    behaviour or cost)."""
-    from harness_jax.rl.learner import Learner
-    from harness_jax.train import builders
-
-    cfg = builders.model_config(config)
-    mesh = builders.make_mesh(config, devices)
+    step, ``state`` as sharded ShapeDtypeStructs. ``run``: ``train.spec.RunSpec``. Returns
+    ``(learner, model_config)``. On CPU devices a Pallas attention kernel is replaced by its
+    memory-class stand-in (``CPU_STAND_IN``: XLA:CPU compiles Pallas only interpreted, a loop
+    nest with nothing of the kernel's memory behaviour or cost)."""
+    cfg = policy.model_config(run.model)
+    mesh = policy.make_mesh(run.mesh, devices)
     if mesh.devices.flat[0].platform == "cpu":
         cfg = cfg.replace(attention_impl=CPU_STAND_IN.get(cfg.attention_impl, cfg.attention_impl))
-    rules = builders.mesh_rules(config)
-    ln = Learner.abstract(builders.abstract_model(config, mesh, cfg, rules), builders.learner_config(config, "grpo"),
-                          mesh=mesh, rules=rules)
+    rules = policy.mesh_rules(run.mesh)
+    ln = Learner.abstract(policy.abstract_model(run.model, mesh, cfg, rules), run.learner, mesh=mesh,
+                          rules=rules)
     return ln, cfg
 
 
-def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[int] = None,
+def lower_train_step(run, *, seq_len: Optional[int] = None, rows: Optional[int] = None,
                      devices=None, compile: bool = True) -> AotReport:
-    """Lowers (and compiles) the learner's train step for ``config``'s mesh; returns the report."""
-    ln, _ = abstract_learner(config, devices)
-    T = int(seq_len or config.rl.pack_len)
+    """Lowers (and compiles) the learner's train step for the run's mesh; returns the report."""
+    ln, _ = abstract_learner(run, devices)
+    T = int(seq_len or run.rl.pack_len)
     R = int(rows or ln.row_multiple // ln.cfg.num_mini_batches)     # one mini-batch
     t0 = time.perf_counter()
     lowered = ln.lower_train_step(R, T)
@@ -87,7 +91,7 @@ def lower_train_step(config, *, seq_len: Optional[int] = None, rows: Optional[in
             per_dev["total"] = (per_dev.get("argument", 0) + per_dev.get("output", 0)
                                 + per_dev.get("temp", 0) - per_dev.get("alias", 0))
     # params + fp32 grads (accumulator) + two fp32 Adam moments, sharded over the mesh
-    pbytes = np.dtype(jnp.dtype(config.model.param_dtype)).itemsize
+    pbytes = np.dtype(jnp.dtype(run.model.param_dtype)).itemsize
     analytic = ln.num_params * (pbytes + 4 + 8) / ln.mesh.size
     return AotReport(mesh_shape=dict(ln.mesh.shape), num_params=ln.num_params, rows=R, seq_len=T,
                      lower_s=lower_s, compile_s=compile_s, per_device_bytes=per_dev,
@@ -134,7 +138,6 @@ class BudgetReport:
 
 
 def _hlo_shapes(text: str):
-    import re
     for m in re.finditer(r"\b(pred|s8|s32|u32|bf16|f16|f32)\[([\d,]+)\]", text):
         yield m.group(1), tuple(int(x) for x in m.group(2).split(","))
 
@@ -158,7 +161,6 @@ _FLOATS = ("f32", "bf16", "f16")     # weight collectives (token-id gathers are 
 
 
 def _collectives(text: str, op: str, min_elems: int) -> dict:
-    import re
     out: dict = {}
     for dt, dims in re.findall(r"= (\w+)\[([\d,]*)\][^ ]* " + op + r"\(", text):
         n = int(np.prod([int(x) for x in dims.split(",")])) if dims else 1
@@ -167,26 +169,23 @@ def _collectives(text: str, op: str, min_elems: int) -> dict:
     return out
 
 
-def budget(config, *, devices=None, chip: Optional[str] = None, seq_len: Optional[int] = None,
+def budget(run, *, devices=None, chip: Optional[str] = None, seq_len: Optional[int] = None,
            dump_dir: Optional[str] = None) -> BudgetReport:
-    """Compile the learner's train step for ``config``'s mesh at its real ``pack_len`` (full depth:
+    """Compile the learner's train step for the run's mesh at its real ``pack_len`` (full depth:
     the scanned layers compile once whatever the depth) on the given (fake CPU) devices, and
-    report XLA's per-device memory against the preset's chip (``config.mesh.chip``).
+    report XLA's per-device memory against the preset's chip (``mesh.chip``). ``run``:
+    ``train.spec.RunSpec``.
 
     Also returned, from the HLO after SPMD partitioning (``dump_dir`` keeps it): the dtypes of
     the weight all-gathers and of the weight-gradient reductions, and any ``T x S`` buffer. On
     XLA:CPU bf16 dot operands and elementwise math are held in fp32 (its float normalisation),
     so the figure over-states a bf16 run's activations: an upper bound for GPU/TPU.
     """
-    import glob
-    import shutil
-    import tempfile
-
-    chip = chip or config.mesh.chip
+    chip = chip or run.mesh.chip
     if chip not in CHIP_HBM:
         raise ValueError(f"aot.budget: chip {chip!r}; set config.mesh.chip to one of {', '.join(CHIP_HBM)}")
-    ln, mcfg = abstract_learner(config, devices)
-    T = int(seq_len or config.rl.pack_len)
+    ln, mcfg = abstract_learner(run, devices)
+    T = int(seq_len or run.rl.pack_len)
     R = ln.row_multiple // ln.cfg.num_mini_batches
     lowered = ln.lower_train_step(R, T)
     tmp = dump_dir or tempfile.mkdtemp(prefix="aot_budget_")
@@ -232,8 +231,8 @@ def main(argv=None):  # pragma: no cover - thin CLI
         if jax.device_count() < n:
             sys.exit(f"need {n} devices; run with XLA_FLAGS=--xla_force_host_platform_device_count={n} "
                      "JAX_PLATFORMS=cpu")
-        rep = lower_train_step(c, seq_len=seq.value or None, devices=jax.devices()[:n],
-                               compile=not no_compile.value)
+        rep = lower_train_step(spec_lib.resolve(c, num_devices=n), seq_len=seq.value or None,
+                               devices=jax.devices()[:n], compile=not no_compile.value)
         print(json.dumps(rep.as_dict(), indent=1))
 
     app.run(run, argv)

@@ -52,10 +52,10 @@ DEMOS = 512
 def _warm_start(config, workdir) -> str:
     """SFT on the weak teacher's replies; returns the checkpoints dir GRPO starts from."""
     from harness_jax.sampling.tokenizer import special_token_ids
-    from harness_jax.train import context, sft_warmstart
+    from harness_jax.train import context, sft_warmstart, spec
     from tests.e2e import word_label
 
-    ctx = context.build(config, workdir)
+    ctx = context.build(spec.resolve(config), workdir)
     try:
         end = special_token_ids(ctx.tokenizer)["<|im_end|>"]
         tasks = word_label.load_split("train", n=DEMOS, seed=config.env.task_seed + 1)
@@ -77,6 +77,20 @@ def _warm_start(config, workdir) -> str:
 
 def _state(learner):
     return jax.tree.map(np.asarray, {k: learner.state[k] for k in ("params", "opt_state", "step")})
+
+
+def _trainer(config, workdir):
+    """The loop's Trainer on the resolved config (plain GRPO: no method extensions)."""
+    from harness_jax.train import context, loop, spec
+
+    return loop.Trainer(context.build(spec.resolve(config), workdir))
+
+
+def _close(trainer) -> None:
+    try:
+        trainer.close()
+    finally:
+        trainer.ctx.close()
 
 
 def _same_random_numbers(trainer) -> dict:
@@ -106,7 +120,6 @@ def _same_random_numbers(trainer) -> dict:
 
 @pytest.fixture(scope="module")
 def learned(tmp_path_factory):
-    from harness_jax.train import loop
     from tests.e2e import learning_config
 
     root = tmp_path_factory.mktemp("learning")
@@ -116,21 +129,21 @@ def learned(tmp_path_factory):
     workdir = str(root / "grpo")
     half = config.num_steps // 2
 
-    first = loop.Trainer(config, workdir)
+    first = _trainer(config, workdir)
     first.on_step = lambda step, m: first.request_stop() if step == half else None
     try:
         s1 = first.run()
         stopped = _state(first.ctx.learner)
     finally:
-        first.close()
-    second = loop.Trainer(config, workdir)
+        _close(first)
+    second = _trainer(config, workdir)
     try:
         restored = _state(second.ctx.learner)
         resumed_from = second.resumed_from
         s2 = second.run()
         rng = _same_random_numbers(second)
     finally:
-        second.close()
+        _close(second)
     steps = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "rollout/success_rate" in r]
     return dict(root=str(root), warm=warm, workdir=workdir, first=s1, final=s2, stopped=stopped,
                 restored=restored, resumed_from=resumed_from, steps=steps, rng=rng, half=half)

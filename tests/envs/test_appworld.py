@@ -168,15 +168,15 @@ def test_tgc_sgc_and_pass_at_k_over_scenarios():
 
 def test_gpu_preset_validates_and_builds_its_env():
     from experiments.configs import gpu8_qwen35_4b_appworld as preset
-    from harness_jax import config_validation as cv
     from harness_jax.harness.presets import base_harness
+    from harness_jax.train import spec
     c = preset.get_config()
-    cv.validate(c, num_devices=4)
+    run = spec.resolve(c, num_devices=4)
     doc = preset.__doc__
     assert "launch/train.py" in doc and "experiments/configs/gpu8_qwen35_4b_appworld.py" in doc
-    assert "Expected result" in doc and "Memory arithmetic" in doc
+    assert "Expected result" in doc and "Memory:" in doc
     from harness_jax.train import builders
-    env = builders.env_factory(c)()
+    env = builders.env_factory(run.env)()
     assert env.protocol == "function" and env.max_interactions == c.env.max_turns
     assert base_harness(c.env.name, env.protocol).system_prompt == proto.FUNCTION_INSTRUCTION
 

@@ -12,7 +12,7 @@ from harness_jax.envs import InfraError, ToolCall, registry
 from harness_jax.envs import dbbench
 from harness_jax.envs.dbbench import data as dbdata
 from harness_jax.envs.dbbench import generator, protocol
-from harness_jax.eval import metrics
+from harness_jax import scoring as metrics
 
 
 def _play(env, task, replies):

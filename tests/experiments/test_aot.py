@@ -21,7 +21,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from experiments.configs import gpu8_qwen35_4b_dbbench
-from harness_jax import config_validation as cv
+from harness_jax.train import spec
 
 
 # every accelerator preset's distinct train step (presets sharing a step share its budget):
@@ -155,22 +155,23 @@ def test_hf_path_loads_with_the_config_dtypes_into_the_learner_shardings(tiny_hf
     master weights, no remat, everything on one device)."""
     from flax import nnx
 
+    from harness_jax.rl import policy
     from harness_jax.rl.learner import Learner
-    from harness_jax.train import aot, builders
+    from harness_jax.train import aot
 
     c = gpu8_qwen35_4b_dbbench.get_config()          # bf16 compute, fp32 master, remat, scan, fsdp=4
     c.model.hf_path = tiny_hf_dense_dir
     c.rl.micro_batches, c.rl.mini_batches, c.rl.logit_chunk = 1, 1, 0
-    cv.validate(c, num_devices=4)
+    run = spec.resolve(c, num_devices=4)
     devices = jax.devices()[:4]
-    mesh, rules = builders.make_mesh(c, devices), builders.mesh_rules(c)
-    model = builders.build_model(c, mesh, rules)
+    mesh, rules = policy.make_mesh(run.mesh, devices), policy.mesh_rules(run.mesh)
+    model = policy.build_model(run.model, mesh, rules)
     assert model.config.remat == "full" and model.config.scan_layers
     assert model.model.cycles[0].linear_attn.in_proj_qkv.weight.shape[0] == 2     # 2 scanned cycles
     params = nnx.to_pure_dict(nnx.state(model, nnx.Param))
     assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}   # fp32 master weights
     assert model.dtype == jnp.bfloat16                                              # bf16 compute
-    learner = Learner(model, builders.learner_config(c), mesh=mesh, rules=rules)
+    learner = Learner(model, run.learner, mesh=mesh, rules=rules)
     for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(learner.param_sharding)):
         assert x.sharding == s                     # loaded straight into the learner's layout
     emb = params["model"]["embed_tokens"]["weight"]
@@ -180,8 +181,8 @@ def test_hf_path_loads_with_the_config_dtypes_into_the_learner_shardings(tiny_hf
     ref = qwen3_5.load_hf(tiny_hf_dense_dir)
     np.testing.assert_array_equal(np.asarray(emb), np.asarray(ref.model.embed_tokens.weight[...]))
     # the AOT path builds the same learner without weights from the same config
-    ab, _ = aot.abstract_learner(c, devices)
+    ab, _ = aot.abstract_learner(run, devices)
     for x, y in zip(jax.tree.leaves(ab.state), jax.tree.leaves(learner.state)):
         assert (x.shape, x.dtype, x.sharding) == (y.shape, y.dtype, y.sharding)
-    rep = aot.lower_train_step(c, seq_len=64, devices=devices, compile=False)
+    rep = aot.lower_train_step(run, seq_len=64, devices=devices, compile=False)
     assert rep.num_params == learner.num_params and rep.rows == 4

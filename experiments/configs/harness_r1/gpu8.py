@@ -49,7 +49,6 @@ scanned cycle one at a time, ``model.ordered_remat``); before this plan (referen
 907 GB. Until a measurement on the GPUs (``benchmarks/accel_probe.py``) says otherwise, 32768-token
 rows on 4 x H100 are not known to fit.
 """
-import json
 
 from experiments.configs import common
 from experiments.configs.harness_r1 import common as r1_common
@@ -110,7 +109,8 @@ def get_config(benchmark: str = "dbbench"):
     t.kind = "sglang"                     # the frozen target on SGLang (GPUs 6-7)
     t.urls = ("http://127.0.0.1:31000", "http://127.0.0.1:31001")  # target servers
     t.model = "qwen3.5-9b-target"         # served model name
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.7                   # target sampling (paired by seed)
     t.max_new_tokens = 4096               # the published per-call limit, thinking off
     t.max_context = 32768                 # target context

@@ -38,7 +38,6 @@ the layers of a scanned cycle one at a time (``model.ordered_remat``) the same c
 32768 tokens) add 0.6 GB per chip. The workdir must be a shared local mount (the packet dataset and caches are
 files; checkpoints could go to gs:// but the pipeline keeps one root).
 """
-import json
 
 from experiments.configs.harness_r1 import common as r1_common
 from experiments.configs.harness_r1.gpu8 import use_benchmark
@@ -74,7 +73,8 @@ def get_config(benchmark: str = "dbbench"):
     t.urls = ("http://target-0:31000", "http://target-1:31000")  # the JAX target hosts
     t.model = "qwen3.5-9b-target"         # served model name
     t.version = "1"                       # pinned: the --weight_version the servers report
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.7                   # target sampling (paired by seed)
     t.max_new_tokens = 4096               # per call, thinking off
     t.max_context = 32768                 # target context

@@ -135,6 +135,8 @@ def build_problem(task_type: str, rng: random.Random, floorplan: Optional[int] =
     ``max_per_class`` caps the receptacle instances of one class (a kitchen has up to 28
     cabinets) and ``max_object_classes`` the distractor object classes: the PDDL engine's cost
     per step grows with the number of admissible commands, so small scenes keep episodes fast.
+    The random draws happen in a fixed order (receptacles, targets, placements, PDDL start and
+    goal text), so a seed always gives the same problem.
     """
     if task_type not in TASK_TYPES:
         raise ValueError(f"task_type={task_type!r}: expected one of {TASK_TYPES}")
@@ -146,8 +148,34 @@ def build_problem(task_type: str, rng: random.Random, floorplan: Optional[int] =
     objects, openable = a["scenes"][floorplan]
     recep_types = set(C.RECEPTACLES) - set(C.MOVABLE_RECEPTACLES)
     placeable = set().union(*C.VAL_RECEPTACLE_OBJECTS.values())
+    receps = _receptacles(rng, objects, openable, recep_types, max_per_class)
+    if not receps:
+        return None
+    obj_classes = sorted({o for o in objects if o in placeable and o not in recep_types
+                          and "Sliced" not in o})
+    holders = {o: [r for r in receps if o in C.VAL_RECEPTACLE_OBJECTS.get(r[1], ())]
+               for o in obj_classes}
+    obj_classes = [o for o in obj_classes if holders[o]]
+    target = _targets(task_type, rng, C, receps, obj_classes, holders)
+    if target is None:
+        return None
+    params, parent = target
+    placements = _placements(task_type, rng, receps, obj_classes, holders, params["object_target"],
+                             parent, max_object_classes)
+    problem = _pddl(rng, C, receps, placements, params, placeable) + "\n" + glib.gdict[task_type]["pddl"].format(
+        obj=params["object_target"], recep=params["parent_target"],
+        toggle=params["toggle_target"], mrecep=params["mrecep_target"]).replace("#", "-")
+    template = rng.choice(glib.gdict[task_type]["templates"])
+    desc = template.format(obj=params["object_target"].lower(),
+                           recep=params["parent_target"].lower(),
+                           toggle=params["toggle_target"].lower(),
+                           mrecep=params["mrecep_target"].lower())
+    return Problem(task_type, floorplan, params, desc, problem)
 
-    # receptacle instances: (id, class, location)
+
+def _receptacles(rng: random.Random, objects, openable, recep_types: set, max_per_class: int) -> list:
+    """Receptacle instances ``(id, class, location)``: the scene's openable ones (at most
+    ``max_per_class`` per class) plus the receptacle classes the scene lists without a pose."""
     receps = []
     for rid, pose in sorted(openable.items()):
         cls = rid.split("|")[0]
@@ -173,54 +201,46 @@ def build_problem(task_type: str, rng: random.Random, floorplan: Optional[int] =
             rid = (f"{cls[:-5]}|{_coord(rng)}|{cls}" if cls.endswith("Basin")
                    else f"{cls}|{_coord(rng)}")
             receps.append((rid, cls, _loc_from_pose(pose)))
-    if not receps:
-        return None
-    r_classes = sorted({c for _, c, _ in receps})
+    return receps
 
-    obj_classes = sorted({o for o in objects if o in placeable and o not in recep_types
-                          and "Sliced" not in o})
-    holders = {o: [r for r in receps if o in C.VAL_RECEPTACLE_OBJECTS.get(r[1], ())]
-               for o in obj_classes}
-    obj_classes = [o for o in obj_classes if holders[o]]
 
-    # targets
+def _targets(task_type: str, rng: random.Random, C, receps: list, obj_classes: list, holders: dict):
+    """``(params, parent class or None)`` of the task's goal, or None when the scene cannot host
+    it (no lamp holder, or no object placeable outside some goal receptacle class)."""
     params = {"object_target": "", "parent_target": "", "toggle_target": "",
               "mrecep_target": "", "object_sliced": False}
     if task_type == "look_at_obj_in_light":
         lamp_holders = [r for r in receps if r[1] in LAMP_HOLDERS]
         if not lamp_holders or not obj_classes:
             return None
-        obj = rng.choice(obj_classes)
-        params.update(object_target=obj, toggle_target="DeskLamp")
-        parent = None
-    else:
-        need = _APPLIANCE.get(task_type, (None, None))
-        pool = [o for o in obj_classes
-                if need[1] is None or o in C.VAL_ACTION_OBJECTS[need[1]]]
-        rng.shuffle(pool)
-        choice = None
-        for obj in pool:
-            parents = [c for c in r_classes if obj in C.VAL_RECEPTACLE_OBJECTS.get(c, ())
-                       and c != need[0]]
-            # some instance of obj must be placeable outside the goal receptacle class
-            parents = [p for p in parents if any(h[1] != p for h in holders[obj])]
-            if parents:
-                choice = (obj, rng.choice(parents))
-                break
-        if choice is None:
-            return None
-        obj, parent = choice
-        params.update(object_target=obj, parent_target=parent)
+        params.update(object_target=rng.choice(obj_classes), toggle_target="DeskLamp")
+        return params, None
+    r_classes = sorted({c for _, c, _ in receps})
+    need = _APPLIANCE.get(task_type, (None, None))
+    pool = [o for o in obj_classes if need[1] is None or o in C.VAL_ACTION_OBJECTS[need[1]]]
+    rng.shuffle(pool)
+    for obj in pool:
+        parents = [c for c in r_classes if obj in C.VAL_RECEPTACLE_OBJECTS.get(c, ()) and c != need[0]]
+        # some instance of obj must be placeable outside the goal receptacle class
+        parents = [p for p in parents if any(h[1] != p for h in holders[obj])]
+        if parents:
+            parent = rng.choice(parents)
+            params.update(object_target=obj, parent_target=parent)
+            return params, parent
+    return None
 
-    # place objects: the target class plus a few distractor classes
-    distractors = [o for o in obj_classes if o != params["object_target"]]
+
+def _placements(task_type: str, rng: random.Random, receps: list, obj_classes: list, holders: dict,
+                target: str, parent: Optional[str], max_object_classes: int) -> list:
+    """Objects placed in receptacles ``(obj_id, class, recep)``: the target class (never in
+    the goal receptacle class) plus a few distractor classes, and the desk lamp of a light task."""
+    distractors = [o for o in obj_classes if o != target]
     rng.shuffle(distractors)
-    obj_classes = sorted(distractors[:max_object_classes] + [params["object_target"]])
-    placements = []  # (obj_id, class, recep)
-    for o in obj_classes:
+    placements = []
+    for o in sorted(distractors[:max_object_classes] + [target]):
         n = rng.randint(1, 2)
         allowed = holders[o]
-        if o == params["object_target"]:
+        if o == target:
             n = rng.randint(2, 3) if task_type == "pick_two_obj_and_place" else rng.randint(1, 2)
             if parent is not None:
                 allowed = [h for h in allowed if h[1] != parent]
@@ -229,22 +249,25 @@ def build_problem(task_type: str, rng: random.Random, floorplan: Optional[int] =
     if task_type == "look_at_obj_in_light":
         holder = rng.choice([r for r in receps if r[1] in LAMP_HOLDERS])
         placements.append((f"DeskLamp|{_coord(rng)}", "DeskLamp", holder))
+    return placements
 
-    # PDDL text
+
+def _pddl(rng: random.Random, C, receps: list, placements: list, params: dict, placeable: set) -> str:
+    """The problem's PDDL objects and initial state (the goal is appended by the caller)."""
     M = mangle
+    r_classes = sorted({c for _, c, _ in receps})
     start = f"loc|{rng.randint(-20, 20)}|{rng.randint(-20, 20)}|{rng.randint(0, 3)}|30"
     locations = sorted({r[2] for r in receps} | {start})
     # only the types this problem mentions are declared (fewer constants: faster grounding)
     otypes = sorted({c for _, c, _ in placements} | {"Knife", "ButterKnife"})
     rtypes = sorted(set(r_classes) | {"SinkBasin", "Microwave", "Fridge"}
                     | ({params["parent_target"]} if params["parent_target"] else set()))
-    lines = ["(define (problem plan_harness_jax)", "(:domain alfred)", "(:objects",
-             "agent1 - agent"]
+    lines = ["(define (problem plan_harness_jax)", "(:domain alfred)", "(:objects", "agent1 - agent"]
     lines += [f"{t}Type - otype" for t in otypes]
     lines += [f"{t}Type - rtype" for t in rtypes]
     lines += [f"{M(oid)} - object" for oid, _, _ in placements]
     lines += [f"{M(rid)} - receptacle" for rid, _, _ in receps]
-    lines += [f"{M(l)} - location" for l in locations]
+    lines += [f"{M(loc)} - location" for loc in locations]
     lines += [")", "(:init", f"(atLocation agent1 {M(start)})"]
     for rid, cls, loc in receps:
         lines.append(f"(receptacleType {M(rid)} {cls}Type)")
@@ -267,16 +290,7 @@ def build_problem(task_type: str, rng: random.Random, floorplan: Optional[int] =
             if cls in C.VAL_ACTION_OBJECTS[aff]:
                 lines.append(f"({pred} {M(oid)})")
     lines.append(")")
-    goal = glib.gdict[task_type]["pddl"].format(
-        obj=params["object_target"], recep=params["parent_target"],
-        toggle=params["toggle_target"], mrecep=params["mrecep_target"]).replace("#", "-")
-    problem = "\n".join(lines) + "\n" + goal
-    template = rng.choice(glib.gdict[task_type]["templates"])
-    desc = template.format(obj=params["object_target"].lower(),
-                           recep=params["parent_target"].lower(),
-                           toggle=params["toggle_target"].lower(),
-                           mrecep=params["mrecep_target"].lower())
-    return Problem(task_type, floorplan, params, desc, problem)
+    return "\n".join(lines)
 
 
 def game_data(record: dict) -> dict:

@@ -46,7 +46,7 @@ def tgc_sgc(results, ks=(1, 3)) -> dict:
     sample): TGC and SGC in percent as ``appworld evaluate`` reports them (a scenario counts only
     if all its tasks succeed), averaged over the k runs (run r = every task's r-th sample), and
     Pass@k / Avg@k over the samples of each task."""
-    from harness_jax.eval import metrics
+    from harness_jax import scoring as metrics
     by_task: dict = {}
     scen: dict = {}
     for t, ok in results:

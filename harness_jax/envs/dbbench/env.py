@@ -30,6 +30,7 @@ from harness_jax.envs.dbbench import data as dbdata
 from harness_jax.envs.dbbench import protocol as proto
 from harness_jax.envs.dbbench.engines import (Engine, EngineUnavailable, Session, TableSpec,
                                               make_engine)
+from harness_jax.envs.base import content_hash
 
 _GOLD_CACHE: "collections.OrderedDict" = collections.OrderedDict()
 _GOLD_CACHE_MAX = 200_000      # entries are ~100 bytes; oldest are evicted first
@@ -70,7 +71,6 @@ def gold_hash(engine: Engine, item: dict, tables: list[TableSpec]) -> tuple[Opti
     Returns ``(hash, source)`` with source ``"gold_sql"``, ``"answer_md5"`` or ``"none"``.
     Cached per engine kind and item.
     """
-    from harness_jax.envs.base import content_hash
     key = (engine.name, content_hash(item))
     with _GOLD_LOCK:
         if key in _GOLD_CACHE:

@@ -17,6 +17,8 @@ import contextlib
 import json
 import sys
 
+from harness_jax.envs import registry, swe
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness_jax.envs.swe.cli",
@@ -37,7 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from harness_jax.envs import registry, swe
     if args.cmd == "generate":
         ctx = (registry.sealed_test_access(args.unseal) if args.unseal
                else contextlib.nullcontext())

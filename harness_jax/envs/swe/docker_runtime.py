@@ -31,6 +31,7 @@ import subprocess
 from typing import Optional
 
 from harness_jax.envs.swe import testing
+from harness_jax.envs.swe.repo import patch_paths
 
 
 def image_name(instance_id: str, namespace: str = "xingyaoww") -> str:
@@ -104,5 +105,4 @@ class DockerRuntime:
 
 
 def _patch_files(patch: str) -> list[str]:
-    from harness_jax.envs.swe.repo import patch_paths
     return patch_paths(patch)

@@ -15,6 +15,7 @@ never raises for what the agent does. A sandbox that cannot start is an ``InfraE
 from __future__ import annotations
 
 from typing import Any, Optional, Union
+import copy
 
 from harness_jax.envs.base import Action, BlockingEnv, InfraError, StepResult, Task, ToolCall
 from harness_jax.envs.swe import grading, prompts, tools
@@ -56,7 +57,6 @@ class SWEEnv(BlockingEnv):
         self._reset_state()
 
     def tool_specs(self) -> list[dict]:
-        import copy
         return copy.deepcopy(tools.TOOL_SPECS) if self.protocol == "function" else []
 
     @property

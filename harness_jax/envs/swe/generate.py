@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 
 from harness_jax.envs.swe import mutate, repo, statement, testing
 from harness_jax.envs.swe.instances import normalize_instance
+from harness_jax.envs import registry, splits
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ def cache_dir() -> Optional[str]:
 
 
 def function_split(project: str, site: mutate.Site, fractions: Optional[dict] = None) -> str:
-    from harness_jax.envs import registry
     return registry.hash_partition(f"{project}:{site.path}:{site.function}", fractions)
 
 
@@ -283,7 +283,6 @@ def generate_instances(n: int, seed: int = 0, split: str = "train",
                        timeout_s: float = 60.0, use_cache: bool = True,
                        progress: bool = False) -> list[dict]:
     """``n`` instances (dicts in SWE-bench's schema) of ``split`` from stream ``seed``."""
-    from harness_jax.envs import splits
     splits.check_split(split)
     if split == "test":   # raw instance dicts are test data too, not only Task objects
         splits.check_test_access("swe.generate_instances(split='test')")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from typing import Optional
+import json
 
 from harness_jax.envs.swe import repo, testing
 from harness_jax.envs.swe.instances import InstanceError, is_generated, normalize_instance
@@ -131,7 +132,6 @@ def grade(instance: dict, patch_text: Optional[str], **kw) -> bool:
 def load_predictions(path: str) -> list[dict]:
     """SWE-bench predictions: ``.jsonl`` or a ``.json`` list/dict of
     ``{"instance_id", "model_patch", "model_name_or_path"}``."""
-    import json
     with open(path, encoding="utf-8") as f:
         text = f.read()
     if path.endswith(".jsonl"):

@@ -16,17 +16,18 @@ from harness_jax.config_schema import EnvSection, or_none
 from harness_jax.envs.registry import EnvSpec
 from harness_jax.envs.splits import partition_tasks
 from harness_jax.envs.swe.prompts import h0
+from harness_jax.envs.swe import generate, instances
+from harness_jax.envs.swe.env import SWEEnv
+from harness_jax.envs.swe.sandbox import SandboxLimits
 
 
 def make_env(**kw):
-    from harness_jax.envs.swe.env import SWEEnv
     return SWEEnv(**kw)
 
 
 def load_split(split: str, n: int = 20, seed: int = 0, path: Optional[str] = None,
                fractions: Optional[dict] = None, projects: Optional[Sequence[str]] = None,
                kinds: Optional[Sequence[str]] = None) -> list:
-    from harness_jax.envs.swe import generate, instances
     if path is not None:
         tasks = [instances.make_task(i, "train") for i in instances.load_instances(path)]
         return partition_tasks(tasks, split, fractions)
@@ -50,7 +51,6 @@ def _section() -> ml_collections.ConfigDict:
 
 
 def _env_kwargs(env) -> dict:
-    from harness_jax.envs.swe.sandbox import SandboxLimits
     s = env.swe
     limits = SandboxLimits(timeout_s=float(s.command_timeout_s), as_mb=int(s.memory_mb),
                            disk_mb=int(s.disk_mb))

@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 from typing import Optional
+import posixpath
 
 from harness_jax.envs import bwrap
 
@@ -174,7 +175,6 @@ class Workspace:
 
     def host_path(self, sandbox_path: str) -> Optional[str]:
         """The host path of ``/testbed/...`` or ``/tmp/...`` (None for anything else)."""
-        import posixpath
         p = posixpath.normpath(sandbox_path)
         for inner, outer in ((TESTBED, self.testbed), (SANDBOX_TMP, self.tmp)):
             if p == inner or p.startswith(inner + "/"):

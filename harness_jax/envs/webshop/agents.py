@@ -16,6 +16,7 @@ from typing import Optional
 
 from harness_jax.envs.base import ToolCall
 from harness_jax.envs.webshop.reward import token_set_ratio
+from harness_jax.envs.webshop.env import WebShopEnv
 
 
 def as_reply(action: str, protocol: str, thought: str = "I think this is the next step."):
@@ -114,7 +115,6 @@ def oracle_replies(task, protocol: str = "text", world=None) -> list:
     """The oracle's replies for ``task`` in ``protocol`` (text replies or ``ToolCall``s), as
     demonstrations (cf. ``dbbench.oracle_reply``); played once on a private env to follow the
     pages."""
-    from harness_jax.envs.webshop.env import WebShopEnv
     env = WebShopEnv(protocol=protocol, world=world)
     env.reset(task)
     policy = OracleAgent(env.world, task.data["goal"])

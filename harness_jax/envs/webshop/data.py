@@ -37,6 +37,7 @@ import re
 from typing import Any, Iterator, Optional
 
 from harness_jax.envs.webshop import reward as rw
+from harness_jax.envs.webshop.generator import option_text, search_document
 
 GOAL_SHUFFLE_SEED = 233
 
@@ -215,7 +216,6 @@ class ProductTable:
         return self._by_asin.get(str(asin).upper(), self._by_asin.get(str(asin)))
 
     def documents(self) -> Iterator[str]:
-        from harness_jax.envs.webshop.generator import search_document
         for p in self.products:
             yield search_document(p)
 
@@ -368,7 +368,6 @@ def human_goal_list(table: ProductTable) -> list:
 
 
 def synthetic_goal_list(table: ProductTable) -> list:
-    from harness_jax.envs.webshop.generator import option_text
     goals = []
     counts: dict = {}
     for i, p in enumerate(table.products):

@@ -27,6 +27,12 @@ import ml_collections
 from harness_jax.config_schema import EnvSection, or_none
 from harness_jax.envs.base import Task
 from harness_jax.envs.splits import check_split
+from harness_jax.envs import splits
+from harness_jax.envs.registry import EnvSpec
+from harness_jax.envs.webshop import generator
+from harness_jax.envs.webshop.env import WebShopEnv
+from harness_jax.envs.webshop.protocol import h0
+from harness_jax.envs.webshop.world import check_spec, get_world
 
 ENV_NAME = "webshop"
 AGENTBENCH_RANGES = {"test": (0, 200), "selection": (200, 280), "search": (280, 1000),
@@ -36,7 +42,6 @@ AGENTBENCH_RANGES = {"test": (0, 200), "selection": (200, 280), "search": (280, 
 def make_task(goal: dict, world_spec: dict, split: str = "train",
               goal_index: Optional[int] = None) -> Task:
     """A WebShop task: ``data = {"goal": <WebShop goal dict>, "world": <world spec>}``."""
-    from harness_jax.envs.webshop.world import check_spec
     check_split(split)   # the seal itself is enforced where the Task is made
     for key in ("instruction_text", "attributes", "goal_options", "price_upper", "query",
                 "name", "product_category", "asin"):
@@ -57,9 +62,6 @@ def generated_spec(n_products: int = 1000, seed: int = 0) -> dict:
 def generate_tasks(n: int, split: str = "train", seed: int = 0, n_products: int = 1000,
                    catalog_seed: int = 0, fractions: Optional[dict] = None) -> list:
     """``n`` goals on the generated catalog ``(n_products, catalog_seed)`` for ``split``."""
-    from harness_jax.envs import splits
-    from harness_jax.envs.webshop import generator
-    from harness_jax.envs.webshop.world import get_world
     check_split(split)
     spec = generated_spec(n_products, catalog_seed)
     catalog = get_world(spec).catalog
@@ -89,8 +91,6 @@ def file_tasks(split: str, products: str, attributes: str,
                n: Optional[int] = None, partition: str = "hash",
                fractions: Optional[dict] = None) -> list:
     """Goals of WebShop's own files for ``split`` (module docstring)."""
-    from harness_jax.envs import splits
-    from harness_jax.envs.webshop.world import get_world
     if partition not in ("hash", "agentbench"):
         raise ValueError(f"partition={partition!r}: expected 'hash' or 'agentbench'")
     spec = {"kind": "files", "products": products, "attributes": attributes,
@@ -124,7 +124,6 @@ def load_split(split: str, n: int = 100, seed: int = 0, n_products: int = 1000,
 
 
 def make_env(**kw):
-    from harness_jax.envs.webshop.env import WebShopEnv
     return WebShopEnv(**kw)
 
 
@@ -166,8 +165,6 @@ SECTION = EnvSection(section=_section, env_kwargs=_env_kwargs, split_kwargs=_spl
 
 
 def _spec():
-    from harness_jax.envs.registry import EnvSpec
-    from harness_jax.envs.webshop.protocol import h0
     return EnvSpec(ENV_NAME, make_env, load_split,
                    "WebShop text mode (AgentBench protocols) on a generated catalog or "
                    "WebShop's own data files; BM25 search, the published reward",

@@ -50,6 +50,9 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from harness_jax import sharding as shd
 
 from . import kernels as K
 
@@ -150,10 +153,6 @@ def attention(q_BTNH, k_BSKH, v_BSKH, *, impl: str = "xla", scale: Optional[floa
 
 def _per_shard(fn, q, k, v, spec: AttnSpec, mesh, rules):
     """``fn`` under ``shard_map``: rows over the batch axes, kv heads over ``tensor`` if they divide."""
-    from jax.sharding import PartitionSpec as P
-
-    from harness_jax import sharding as shd
-
     b = shd.logical_to_mesh(("batch",), mesh, rules, shape=(q.shape[0],))[0]
     # kv heads over their mesh axis where it divides K (then it divides N = K * G too, and query
     # head shard r holds exactly the groups of kv head shard r)

@@ -22,6 +22,8 @@ import jax.numpy as jnp
 
 from .config import FULL, LINEAR, Qwen3_5Config
 
+from harness_jax import sharding as shd
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
@@ -86,8 +88,6 @@ def cache_logical_axes() -> Qwen3_5Cache:
 def shard_cache(cache: Qwen3_5Cache, mesh, rules=None) -> Qwen3_5Cache:
     """Place a cache on ``mesh``: rows on the batch axes, KV heads / GDN heads on ``tensor``
     where they divide (see ``harness_jax.sharding`` rules)."""
-    from harness_jax import sharding as shd
-
     axes = cache_logical_axes()
     return Qwen3_5Cache(**{
         f.name: jax.device_put(getattr(cache, f.name),

@@ -33,6 +33,8 @@ from flax import nnx
 from .config import Qwen3_5Config
 from .model import Qwen3_5ForCausalLM, layer_cycle
 
+from harness_jax import sharding as shd
+
 log = logging.getLogger(__name__)
 
 
@@ -336,8 +338,6 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     Kernel choices (``gdn_impl``, ``moe_impl``, ...) are ``config_overrides`` too; the MoE default
     ("auto") is expert parallel on the mesh given here (``moe.py``), sorted on one device.
     """
-    from harness_jax import sharding as shd
-
     path = os.fspath(path)
     cfg_path = os.path.join(path, "config.json")
     if not os.path.exists(cfg_path):

@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any, Mapping, Optional, Union
 
+from . import attention, moe
+
 LINEAR = "linear_attention"
 FULL = "full_attention"
 
@@ -27,6 +29,7 @@ SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 #   dots     recompute each layer, but keep the outputs of its weight matmuls (no batch dims)
 #   offload  as full, with each layer's input kept in host memory (pinned_host), not on the device
 REMAT_POLICIES = ("none", "full", "dots", "offload")
+GDN_IMPLS = ("jnp", "pallas")                 # gated delta rule: kernels.py (lax.scan) | gdn_pallas.py
 
 
 class ConfigError(ValueError):
@@ -139,7 +142,6 @@ class Qwen3_5Config:
                 f"{self.num_experts}]")
         if self.remat not in REMAT_POLICIES:
             bad("remat", f"{self.remat!r}; use one of {', '.join(REMAT_POLICIES)}")
-        from . import attention
         if self.attention_impl not in attention.names():
             bad("attention_impl", f"{self.attention_impl!r}; use one of {', '.join(attention.names())}")
         for f in ("attention_block_q", "attention_block_kv"):
@@ -149,9 +151,8 @@ class Qwen3_5Config:
             bad("reduce_scatter_dtype", f"{self.reduce_scatter_dtype!r}; use 'float32' or 'bfloat16'")
         if self.gdn_chunk_size < 1:
             bad("gdn_chunk_size", f"{self.gdn_chunk_size} must be >= 1")
-        for field, allowed in (("gdn_impl", ("jnp", "pallas")), ("moe_impl", ("auto", "ep", "sorted", "dense")),
-                               ("moe_dispatch", ("all_to_all", "ragged")),
-                               ("moe_gmm", ("auto", "ragged_dot", "blocked"))):
+        for field, allowed in (("gdn_impl", GDN_IMPLS), ("moe_impl", moe.IMPLS), ("moe_dispatch", moe.DISPATCHES),
+                               ("moe_gmm", moe.GMMS)):
             if getattr(self, field) not in allowed:
                 bad(field, f"{getattr(self, field)!r}; use one of {', '.join(map(repr, allowed))}")
         if not self.moe_capacity_factor >= 0:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 from flax import struct
 from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import attention as A
 from . import gdn_pallas
@@ -28,6 +29,8 @@ from . import moe as moe_lib
 from . import paged_attention as PA
 from .cache import Qwen3_5Cache, Qwen3_5PagedCache
 from .config import FULL, LINEAR, Qwen3_5Config
+
+from harness_jax import sharding as shd
 
 Array = jax.Array
 
@@ -346,7 +349,6 @@ class SparseMoeBlock(nnx.Module):
             mask = ctx.token_mask_BT if ctx.token_mask_BT is not None else ctx.valid_BT
             mesh = ctx.mesh
         if mesh is not None:   # the layer's weights arrive gathered over the FSDP axes (_run_layer)
-            from harness_jax import sharding as shd
             rules = shd.gathered_rules(ctx.rules)
         routed_SD, stats = moe_lib.routed_experts(
             x_SD, self.gate.weight[...].astype(self.dtype), self.experts.gate_up_proj[...].astype(self.dtype),
@@ -505,7 +507,6 @@ def _run_layer(static, state, x_BTD, ctx, cache):
     x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
     c0 = ctx[0] if isinstance(ctx, tuple) else ctx     # row groups (an engine step) share mesh and rules
     if c0.mesh is not None:
-        from harness_jax import sharding as shd
         state = shd.gather_params_for_compute(state, c0.mesh, c0.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
     with K.weight_grad_dtype(plan.reduce_dtype):
@@ -550,7 +551,6 @@ class TextModel(nnx.Module):
             return x
         if isinstance(x, tuple):
             return tuple(self.constrain(a) for a in x)
-        from harness_jax import sharding as shd
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
@@ -559,7 +559,6 @@ class TextModel(nnx.Module):
         axes after the cast when the model has a mesh (``sharding.gather_for_compute``)."""
         if self.mesh is None:
             return var[...].astype(self.dtype)
-        from harness_jax import sharding as shd
         return shd.gather_for_compute(var[...], shd.var_logical_axes(var), self.mesh, self.rules, self.dtype)
 
     def embed(self, ids_BT):
@@ -569,9 +568,6 @@ class TextModel(nnx.Module):
         the gradient is a local scatter-add into the shard)."""
         if self.mesh is None:
             return self.embed_tokens(ids_BT)
-        from jax.sharding import NamedSharding, PartitionSpec as P
-
-        from harness_jax import sharding as shd
         var = self.embed_tokens.weight
         spec = shd.logical_to_mesh(shd.var_logical_axes(var), self.mesh, self.rules, var.shape)
         ids_BT = jax.lax.with_sharding_constraint(ids_BT, NamedSharding(self.mesh, P()))

@@ -9,6 +9,8 @@ Definitions (see shared/notes/environments.md, section 6):
   samples drawn without replacement succeeds; averaged over tasks;
 * avg@k: the mean success over the (first) ``k`` samples of each task, an unbiased pass@1
   estimate, averaged over tasks;
+* paired bootstrap: the mean per-task difference of two policies on the same tasks with its
+  percentile bootstrap interval (``paired_bootstrap``);
 * per-category accuracy: success rate within each category (DBBench ``type``, ALFWorld task
   type), and DBBench's ``overall_cat_accuracy`` = mean of the SELECT, INSERT and UPDATE
   accuracies, where SELECT pools every non-mutation category.
@@ -22,6 +24,8 @@ import dataclasses
 import math
 from collections import defaultdict
 from typing import Hashable, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
 
 MUTATION_CATEGORIES = ("INSERT", "UPDATE", "DELETE")
 
@@ -206,8 +210,6 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, samples: int = 1
     ``samples`` times, and the interval is the ``(1 - level) / 2`` and ``(1 + level) / 2``
     quantiles of the resampled mean difference. ``significant`` says whether the interval
     excludes 0. Deterministic for a given ``seed``."""
-    import numpy as np
-
     x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired_bootstrap: a and b must be 1-D and of equal length (one value per "

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from harness_jax.eval import metrics as M
+from harness_jax import scoring as M
 
 
 def _pass_at_k_brute(n, c, k):
