@@ -37,6 +37,7 @@ import numpy as np
 
 from harness_jax.envs.base import Task
 from harness_jax.harness.executor import ExecutorConfig
+from harness_jax.harness.overlay import took_effect
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
@@ -184,8 +185,7 @@ async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task]
     rewards, trajs, errors, effects = await run_keyed(
         target, baseline.env_ref, harness, samples, seed=baseline.seed, config=cfg,
         tokenizer=tokenizer, overlay=patch, attempts=eval_attempts, run_tag=tag)
-    fired = patch is not None and (bool(patch.config()) or any(
-        st.get("effects") for st in effects.values()))
+    fired = patch is not None and (bool(patch.config()) or took_effect(effects))
     return {"rewards": rewards, "trajectories": trajs, "errors": errors, "fired": fired,
             "hook_effects": effects}
 
