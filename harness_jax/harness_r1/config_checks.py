@@ -11,7 +11,9 @@ import json
 from harness_jax import config_validation
 from harness_jax.config_validation import int_at_least, one_of
 from harness_jax.rl import losses
+from harness_jax.harness.hooks import EFFECT_SURFACES
 from harness_jax.harness_r1 import targets
+from harness_jax.harness_r1.reward import ADV_BASELINES
 
 
 def find_r1_problems(config, check_paths: bool = True) -> list:
@@ -63,7 +65,13 @@ def _check_r1(config, bad):
             "point --config.r1.target.tokenizer at a directory with tokenizer.json (e.g. the target's "
             "HF export), or give '' for the packaged Qwen3.5 vocabulary")
     if not t.temperature >= 0:
-        bad("r1.target.temperature", t.temperature, "must be >= 0", "e.g. 1.0 (paired seeds make reruns comparable)")
+        bad("r1.target.temperature", t.temperature, "must be >= 0", "0 = greedy reruns (the public code)")
+    elif t.temperature > 0 and isinstance(r.packets.n_per_task, int) and r.packets.n_per_task < 2:
+        bad("r1.packets.n_per_task", r.packets.n_per_task,
+            f"a sampling target (r1.target.temperature={t.temperature}) with one episode per task gives "
+            "Delta_B without any estimate of its noise",
+            "set --config.r1.packets.n_per_task=2 (or more; paired seeded samples per task), or "
+            "--config.r1.target.temperature=0 (greedy reruns, as the public code)")
     int_at_least(bad, "r1.target.max_new_tokens", t.max_new_tokens, 1)
     int_at_least(bad, "r1.target.max_context", t.max_context, 16)
     int_at_least(bad, "r1.target.concurrency", t.concurrency, 1)
@@ -98,6 +106,22 @@ def _check_r1(config, bad):
     int_at_least(bad, "r1.tokenizer_max_token_bytes", r.tokenizer_max_token_bytes, 0)
     int_at_least(bad, "r1.eval_attempts", r.eval_attempts, 1)
     int_at_least(bad, "r1.pool_workers", r.pool_workers, 0)
+    one_of(bad, "r1.effect_surface", r.effect_surface, EFFECT_SURFACES)
+    if not isinstance(r.cross_batch, bool):
+        bad("r1.cross_batch", r.cross_batch, "must be True or False", "--config.r1.cross_batch=True")
+    rw = r.reward
+    for name in ("invalid_reward", "valid_bonus"):
+        v = rw[name]
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not -10 <= v <= 10:
+            bad(f"r1.reward.{name}", v, "must be a number in [-10, 10] (Delta_B lies in [-1, 1])",
+                f"e.g. --config.r1.reward.{name}=0.0 (the paper's default)")
+    one_of(bad, "r1.reward.adv_baseline", rw.adv_baseline, ADV_BASELINES)
+    if not isinstance(te.filter_by_delta, bool):
+        bad("r1.teacher.filter_by_delta", te.filter_by_delta, "must be True or False",
+            "--config.r1.teacher.filter_by_delta=True")
+    if not isinstance(te.min_delta_b, (int, float)) or not -1 <= te.min_delta_b < 1:
+        bad("r1.teacher.min_delta_b", te.min_delta_b, "must be a number in [-1, 1)",
+            "e.g. --config.r1.teacher.min_delta_b=0.0 (keep patches that helped)")
     rl = config.rl
     if rl.async_mode and isinstance(rl.max_staleness, int) and rl.max_staleness > 4:
         bad("rl.max_staleness", rl.max_staleness, "Harness-R1 trains with staleness <= 4",

@@ -27,7 +27,7 @@ import dataclasses
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_r1.baseline import run_sync
 from harness_jax.harness_r1.packets import Packet, env_profile
-from harness_jax.harness_r1.prompt import (engineer_messages, engineer_prompt_ids,
+from harness_jax.harness_r1.prompt import (PromptSpec, engineer_messages, engineer_prompt_ids,
                                            format_response, normalise_response)
 from harness_jax.sampling.types import GenerateRequest, SamplingParams
 
@@ -235,8 +235,10 @@ class PromptEngineer:
     otherwise the raw reply is returned (evaluated as the endpoint wrote it)."""
 
     def __init__(self, client, *, name: str = "", temperature: float = 0.7,
-                 max_tokens: int = 4096, normalise: bool = False, role: str = "engineer"):
+                 max_tokens: int = 4096, normalise: bool = False, role: str = "engineer",
+                 prompt: Optional[PromptSpec] = None):
         self.client = client
+        self.prompt = prompt
         self.name = name or f"prompt:{client.config.model}"
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -247,7 +249,7 @@ class PromptEngineer:
     def propose(self, packet: Packet, k: int = 1, seed: int = 0) -> list[str]:
         out = []
         for j in range(k):
-            resp = self.client.chat(engineer_messages(packet), role=self.role,
+            resp = self.client.chat(engineer_messages(packet, self.prompt), role=self.role,
                                     temperature=self.temperature, max_tokens=self.max_tokens,
                                     seed=seed * 1000 + j)
             text = resp.content
@@ -267,8 +269,10 @@ class ModelEngineer:
     """The engineer model behind a ``RolloutEngine`` (SFT / GRPO checkpoints)."""
 
     def __init__(self, engine, tokenizer, *, name: str = "model", temperature: float = 0.7,
-                 top_p: float = 0.95, max_new_tokens: int = 4096):
+                 top_p: float = 0.95, max_new_tokens: int = 4096,
+                 prompt: Optional[PromptSpec] = None):
         self.engine = engine
+        self.prompt = prompt              # the run's PromptSpec (None: the defaults)
         self.tok = tokenizer
         self.name = name
         self.temperature = temperature
@@ -280,7 +284,7 @@ class ModelEngineer:
                       temperature: Optional[float] = None) -> tuple[list[int], list, list[str]]:
         """``(prompt_ids, GenerateResults, response texts)`` of ``k`` seeded samples (no shared
         state: safe for concurrent packets; GRPO trains on the results' tokens)."""
-        ids = engineer_prompt_ids(packet, self.tok)
+        ids = engineer_prompt_ids(packet, self.tok, self.prompt)
         stops = tuple(self.tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
         temp = self.temperature if temperature is None else float(temperature)
         reqs = [GenerateRequest(ids, SamplingParams(

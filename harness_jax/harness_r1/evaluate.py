@@ -47,6 +47,7 @@ from harness_jax.harness_r1 import engineers, pipeline
 from harness_jax.harness_r1.baseline import BaselineCache, run_sync
 from harness_jax.harness_r1.engineers import ModelEngineer, RuleBasedEngineer
 from harness_jax.harness_r1.packets import PacketDataset, build_packet_dataset
+from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
 from harness_jax.harness_r1.reward import RewardCache
 from harness_jax.harness_r1.tables import (Arm, Row, aablate_hooks, apropose, evaluate_arm, success_table,
                                            table_markdown, transfer)
@@ -76,7 +77,8 @@ def model_engineer(config, workdir: str, which: str):
         sync(model, 0)
     r = config.rollout
     return ModelEngineer(engine, tok, name=which, temperature=0.0, top_p=1.0,
-                         max_new_tokens=int(r.max_new_tokens)), engine
+                         max_new_tokens=int(r.max_new_tokens),
+                         prompt=pipeline.prompt_spec(config)), engine
 
 
 def make_arm(config, workdir: str, name: str, harness):
@@ -97,7 +99,8 @@ def make_arm(config, workdir: str, name: str, harness):
         client = OpenAIChatClient(ChatClientConfig(
             base_url=t.prompt_base_url, model=t.prompt_model, api_key_env=t.prompt_api_key_env or None,
             cache_dir=os.path.join(workdir, "cache", "prompt_engineer")))
-        return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(client, temperature=0.0)), None
+        return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(
+            client, temperature=0.0, prompt=pipeline.prompt_spec(config))), None
     if name in ("sft", "grpo"):
         eng, engine = model_engineer(config, workdir, name)
         return Arm(name, eng), getattr(engine, "close", None)
@@ -127,7 +130,8 @@ def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 
             resp = (await apropose(arm.engineer, pk, 1, seed * 1000 + i))[0]
             try:
                 rows = await aablate_hooks(resp, pk.env_name, target, [tasks[t] for t in pk.task_ids],
-                                           baselines.get(pk.baseline_key), cache=cache, tokenizer=tok)
+                                           baselines.get(pk.baseline_key), cache=cache, tokenizer=tok,
+                                           response_protocol=RESPONSE_PROTOCOL)
             except ValueError:
                 continue                       # an invalid patch has no hooks to remove
             full.append(rows[0]["delta"])
@@ -171,10 +175,12 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
             arm, close = make_arm(config, workdir, name, harness)
             try:
                 row = evaluate_arm(arm, packets, target, baselines, tasks, tokenizer=tok, cache=cache,
-                                   eval_attempts=int(config.r1.eval_attempts), seed=int(config.seed))
+                                   eval_attempts=int(config.r1.eval_attempts), seed=int(config.seed),
+                                   require_code_hook_only=bool(config.r1.require_code_hook_only))
                 rows.append(row)
                 console.line(f"[table] {arm.name}: success {row.success_before:.3f} -> {row.success_after:.3f} "
-                             f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches)")
+                             f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches, "
+                             f"{row.infra_batches} infrastructure-incomplete)")
                 if name == config.r1.table.ablate and arm.engineer is not None:
                     abl = ablation(arm, packets, target, baselines, tasks, tok=tok, cache=cache,
                                    seed=int(config.seed))

@@ -110,7 +110,21 @@ def executor_config(config):
 
     h = config.harness
     return ExecutorConfig(concurrency=int(config.r1.target.concurrency), infra_retries=int(h.infra_retries),
-                          hook_timeout_s=float(h.hook_timeout_s), overlay_workers=int(h.overlay_workers))
+                          hook_timeout_s=float(h.hook_timeout_s), overlay_workers=int(h.overlay_workers),
+                          effect_surface=str(config.r1.effect_surface))
+
+
+def prompt_spec(config):
+    """What the engineer is told about the run (``prompt.PromptSpec``): the reward options of
+    ``r1.reward`` and the effect surface ``r1.effect_surface``."""
+    from harness_jax.harness_r1.prompt import PromptSpec
+    from harness_jax.harness_r1.reward import RewardSpec
+
+    rw = config.r1.reward
+    return PromptSpec(reward=RewardSpec(invalid_reward=float(rw.invalid_reward),
+                                        valid_bonus=float(rw.valid_bonus),
+                                        adv_baseline=str(rw.adv_baseline)),
+                      effect_surface=str(config.r1.effect_surface))
 
 
 def env_ref(config):
@@ -251,7 +265,7 @@ def stage_packets(config, paths: Paths, target, tok, console: Console = SILENT) 
 
 
 def make_teacher(config, paths: Paths):
-    """The cold-start teacher of ``r1.teacher``."""
+    """The cold-start teacher of ``r1.teacher`` (an endpoint teacher gets the run's prompt)."""
     from harness_jax.harness_r1.engineers import PromptEngineer, RuleBasedEngineer
 
     t = config.r1.teacher
@@ -264,14 +278,19 @@ def make_teacher(config, paths: Paths):
         cache_dir=t.cache_dir or paths.teacher_cache, price_input_per_mtok=float(t.price_in),
         price_output_per_mtok=float(t.price_out)))
     return PromptEngineer(client, temperature=float(t.temperature), max_tokens=int(t.max_tokens),
-                          role="teacher")
+                          role="teacher", prompt=prompt_spec(config))
 
 
 def stage_teacher(config, paths: Paths, ds: PacketDataset, packets_key: str,
-                  console: Console = SILENT) -> dict:
+                  console: Console = SILENT, data=None) -> dict:
+    """Teacher responses for the train packets; with ``r1.teacher.filter_by_delta`` only those
+    whose measured Delta_B on their own packet's batch is > ``r1.teacher.min_delta_b`` are kept
+    (``data``: the run's ``EngineerData``, whose reruns measure them)."""
     t = config.r1.teacher
     key = _key({"packets": packets_key, "kind": t.kind, "base_url": t.base_url, "model": t.model,
-                "temperature": t.temperature, "max_tokens": t.max_tokens, "k": t.k, "seed": config.seed})
+                "temperature": t.temperature, "max_tokens": t.max_tokens, "k": t.k, "seed": config.seed,
+                "filter": bool(t.filter_by_delta), "min_delta_b": float(t.min_delta_b),
+                "prompt": dataclasses.asdict(prompt_spec(config)) if t.kind == "endpoint" else None})
     info = _done(paths, "teacher", key)
     if info is not None:
         return info
@@ -288,15 +307,29 @@ def stage_teacher(config, paths: Paths, ds: PacketDataset, packets_key: str,
         if not rows:
             raise RuntimeError(f"the teacher {teacher.name} gave no valid patch for any of the {len(packets)} "
                                f"train packets ({stats['rejected_reasons']}); nothing to fine-tune on")
+        if t.filter_by_delta:
+            from harness_jax.harness_r1.baseline import run_sync
+
+            rows, fstats = run_sync(dataset_lib.afilter_by_delta(rows, packets, data.aevaluate,
+                                                                 float(t.min_delta_b)), "filter_by_delta")
+            stats = dict(stats, delta_filter=fstats)
+            console.line(f"[teacher] Delta_B filter: kept {fstats['kept']} of "
+                         f"{fstats['kept'] + fstats['dropped']} patches (kept mean Δ_B "
+                         f"{fstats['kept_delta_b_mean']:+.3f}, dropped {fstats['dropped_delta_b_mean']:+.3f})")
+            if not rows:
+                raise RuntimeError(f"no teacher patch of {teacher.name} measurably helps its packet "
+                                   f"(Delta_B > {t.min_delta_b}) on any of the {len(packets)} train packets; "
+                                   "nothing to fine-tune on. Use a stronger teacher, lower "
+                                   "--config.r1.teacher.min_delta_b, or --config.r1.teacher.filter_by_delta=False")
         dataset_lib.write_jsonl(paths.responses, rows)
-        return dict(stats, teacher=teacher.name)
+        return dict(stats, teacher=teacher.name, responses=len(rows))
 
     return _mark(paths, "teacher", key, _timed(build))
 
 
 def stage_tokenizer(config, paths: Paths, ds: PacketDataset, teacher_key: str) -> dict:
     """``model.tokenizer="task_bpe"``: the engineer's BPE on its training text (section doc)."""
-    from harness_jax.harness_r1.prompt import SYSTEM_PROMPT, engineer_prompt_text
+    from harness_jax.harness_r1.prompt import engineer_prompt_text, system_prompt
     from harness_jax.train import task_tokenizer
 
     if config.model.tokenizer != "task_bpe":
@@ -308,7 +341,9 @@ def stage_tokenizer(config, paths: Paths, ds: PacketDataset, teacher_key: str) -
         return info
 
     def build():
-        texts = [SYSTEM_PROMPT] + [engineer_prompt_text(pk) for pk in ds.load("train")]
+        spec = prompt_spec(config)
+        texts = [system_prompt(spec, config.env.name)] + [engineer_prompt_text(pk, spec)
+                                                          for pk in ds.load("train")]
         texts += [r["response"] for r in dataset_lib.load_sft_examples(paths.responses)]
         tok = task_tokenizer.train_bpe(texts, paths.tokenizer, int(config.model.tokenizer_vocab),
                                        max_token_bytes=int(config.r1.tokenizer_max_token_bytes))
@@ -323,7 +358,8 @@ def check_lengths(config, ds: PacketDataset, tokenizer, examples) -> dict:
     from harness_jax.harness_r1.prompt import engineer_prompt_ids
 
     r = config.rollout
-    prompts = [len(engineer_prompt_ids(pk, tokenizer)) for s in ds.splits() for pk in ds.load(s)]
+    spec = prompt_spec(config)
+    prompts = [len(engineer_prompt_ids(pk, tokenizer, spec)) for s in ds.splits() for pk in ds.load(s)]
     longest_prompt = max(prompts) if prompts else 0
     if longest_prompt + int(r.max_new_tokens) > int(r.max_len):
         raise ValueError(
@@ -347,14 +383,16 @@ def check_lengths(config, ds: PacketDataset, tokenizer, examples) -> dict:
 
 
 def stage_sft_examples(config, paths: Paths, ds: PacketDataset, tokenizer, upstream_key: str) -> dict:
-    key = _key({"upstream": upstream_key, "tokenizer": config.model.tokenizer})
+    key = _key({"upstream": upstream_key, "tokenizer": config.model.tokenizer,
+                "prompt": dataclasses.asdict(prompt_spec(config))})
     info = _done(paths, "sft_examples", key)
     if info is not None:
         return info
 
     def build():
         rows = dataset_lib.load_sft_examples(paths.responses)
-        examples = dataset_lib.examples_from_responses(rows, ds.load("train"), tokenizer)
+        examples = dataset_lib.examples_from_responses(rows, ds.load("train"), tokenizer,
+                                                       prompt_spec(config))
         out = check_lengths(config, ds, tokenizer, examples)
         dataset_lib.write_jsonl(paths.examples, examples)
         return dict(out, examples=len(examples),
@@ -397,7 +435,8 @@ def _step_line(c, step: int, m: dict) -> str:
     return (f"step {step}/{c.num_steps}  mean Δ_B {m.get('r1/delta_b_mean', 0.0):+.3f}  "
             f"valid {m.get('r1/valid_frac', 0.0):.2f}  zero-var packets "
             f"{int(m.get('r1/zero_variance_packets', 0))}/{int(m.get('r1/packets', 0))}  "
-            f"no-op {m.get('r1/noop_frac', 0.0):.2f}  loss {m.get('learner/loss', 0.0):+.4f}  "
+            f"no-op {m.get('r1/noop_frac', 0.0):.2f}  infra {m.get('r1/infra_frac', 0.0):.2f}  "
+            f"reward {m.get('r1/reward_mean', 0.0):+.3f}  loss {m.get('learner/loss', 0.0):+.4f}  "
             f"{m.get('time/step_s', 0.0):.1f}s")
 
 
@@ -409,7 +448,7 @@ def _eval_line(tag: str, res: dict) -> str:
     return (f"eval[{tag}] held-out (T={res['temperature']:g}, {res['k']}/packet): mean Δ_B "
             f"{res['delta_b']:+.3f}  valid {res['valid_frac']:.2f}  no-op {res['noop_frac']:.2f}  "
             f"best-of-{res['k']} Δ_B {res['best_of_k_delta_b']:+.3f}  improved {res.get('improved_frac', 0):.2f}  success {res['baseline_success']:.3f} -> "
-            f"{res['success_rate']:.3f}{greedy}  ({res['time_s']:.1f}s)")
+            f"{res['success_rate']:.3f}  infra {res.get('infra_samples', 0)}{greedy}  ({res['time_s']:.1f}s)")
 
 
 def _write_config(config, paths: Paths) -> None:
@@ -444,7 +483,13 @@ def run(config, workdir, *, console: Console = SILENT, devices=None) -> dict:
         ds, stages["packets"] = stage_packets(config, paths, target, tok, console)
         console.line(f"[packets] {_packets_line(stages['packets'])}")
         pk_key = _marker(paths, "packets")["key"]
-        stages["teacher"] = stage_teacher(config, paths, ds, pk_key, console)
+        data = EngineerData(target=target, target_tokenizer=tok, dataset=ds,
+                            baselines=BaselineCache(paths.baseline_cache(config)),
+                            reward_cache=RewardCache(paths.reward_cache), sft_examples=paths.examples,
+                            eval_split="held_out", eval_attempts=int(config.r1.eval_attempts),
+                            require_code_hook_only=bool(config.r1.require_code_hook_only),
+                            prompt=prompt_spec(config), cross_batch=bool(config.r1.cross_batch))
+        stages["teacher"] = stage_teacher(config, paths, ds, pk_key, console, data=data)
         console.line(f"[teacher] {stages['teacher']['responses']} responses, "
                      f"{stages['teacher']['rejected']} rejected ({stages['teacher']['teacher']})")
         t_key = _marker(paths, "teacher")["key"]
@@ -458,12 +503,7 @@ def run(config, workdir, *, console: Console = SILENT, devices=None) -> dict:
         s = stages["sft_examples"]
         console.line(f"[sft data] {s['examples']} examples; engineer tokens: prompts <= {s['prompt_tokens_max']}, "
                      f"responses mean {s['response_tokens_mean']:.0f} / max {s['response_tokens_max']}")
-        data = EngineerData(target=target, target_tokenizer=tok, dataset=ds,
-                            baselines=BaselineCache(paths.baseline_cache(config)),
-                            reward_cache=RewardCache(paths.reward_cache), sft_examples=paths.examples,
-                            eval_split="held_out", eval_attempts=int(config.r1.eval_attempts),
-                            require_code_hook_only=bool(config.r1.require_code_hook_only),
-                            pool=_pool(config, paths))
+        data.pool = _pool(config, paths)
         try:
             if config.r1.reference_rule:
                 stages["reference"] = stage_reference(config, paths, data, pk_key)
@@ -549,8 +589,8 @@ def summarize(paths: Paths, stages: dict, wall_s: float) -> dict:
     sft = [r for r in rows if "sft/nll" in r]
     grpo = [r for r in rows if "r1/delta_b_mean" in r]
     train = stages.get("train", {}).get("summary", {})
-    evals = {e["tag"]: {k: e.get(k) for k in ("delta_b", "valid_frac", "noop_frac", "best_of_k_delta_b",
-                                                "improved_frac",
+    evals = {e["tag"]: {k: e.get(k) for k in ("delta_b", "reward", "valid_frac", "noop_frac", "best_of_k_delta_b",
+                                                "improved_frac", "infra_samples", "details",
                                                 "baseline_success", "success_rate", "packets", "k",
                                                 "temperature", "time_s", "step", "greedy")}
              for e in train.get("eval", [])}
@@ -564,6 +604,8 @@ def summarize(paths: Paths, stages: dict, wall_s: float) -> dict:
            "grpo": {"steps": len(grpo),
                     "delta_b_mean": [r["r1/delta_b_mean"] for r in grpo],
                     "valid_frac": [r["r1/valid_frac"] for r in grpo],
+                    "reward_mean": [r.get("r1/reward_mean") for r in grpo],
+                    "infra_frac": [r.get("r1/infra_frac", 0.0) for r in grpo],
                     "zero_variance_packets": [r["r1/zero_variance_packets"] for r in grpo],
                     "step_s": [r.get("time/step_s") for r in grpo],
                     "cache_hit_frac": [r.get("r1/cache_hit_frac") for r in grpo],
