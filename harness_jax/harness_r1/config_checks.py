@@ -129,7 +129,7 @@ def _check_r1(config, bad):
     if not config.sft.enabled:
         pass                              # GRPO from the config's weights (e.g. model.hf_path)
     arms = tuple(r.table.arms)
-    allowed = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
+    allowed = ("default", "react", "self_refine", "review_hint", "rule", "prompt", "sft", "grpo")
     for i, a in enumerate(arms):
         if a not in allowed:
             bad(f"r1.table.arms[{i}]", a, "unknown arm", f"use some of {', '.join(allowed)}")

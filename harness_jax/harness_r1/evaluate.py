@@ -7,7 +7,9 @@ is the thin main.
     merged = evaluate.merge_tables([t_dbbench, t_alfworld, t_webshop])  # the equal-weight mean
 
 Arms (``r1.table.arms``): ``default`` (the target under its base harness: the baseline itself),
-``react`` (ReAct harness), ``self_refine`` (a fixed Self-Refine overlay), ``rule`` (the rule-based
+``react`` (the public ReAct baseline: a Thought/Action contract in the system prompt),
+``self_refine`` (the target inside the draft-critique-refine agent, ``agents.SelfRefine``),
+``review_hint`` (a fixed review-hint overlay), ``rule`` (the rule-based
 engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
 ``sft`` (the engineer after cold-start SFT: ``sft_checkpoints/``) and ``grpo`` (after GRPO:
 ``checkpoints/``). Engineers write one patch per packet (greedy for the model engineers); every
@@ -56,7 +58,7 @@ from harness_jax.train.evaluation import policy_model
 from harness_jax.train.workdir import RunPaths
 
 SCHEMA = "harness-r1-table-v1"
-ARMS = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
+ARMS = ("default", "react", "self_refine", "review_hint", "rule", "prompt", "sft", "grpo")
 
 
 def model_engineer(config, workdir: str, which: str):
@@ -81,15 +83,22 @@ def model_engineer(config, workdir: str, which: str):
                          prompt=pipeline.prompt_spec(config)), engine
 
 
-def make_arm(config, workdir: str, name: str, harness):
-    """``(Arm, closer)`` for one arm name (module docstring)."""
+def make_arm(config, workdir: str, name: str, harness, tok=None):
+    """``(Arm, closer)`` for one arm name (module docstring); ``tok``: the target's tokenizer
+    (the Self-Refine agent renders its side turns with it; default: the config's)."""
     if name == "default":
         return Arm("default"), None
     if name == "react":
         return Arm("react", harness=engineers.react_harness(harness)), None
     if name == "self_refine":
-        return Arm("self_refine", engineers.FixedPatchEngineer(
-            engineers.self_refine_patch(config.env.name), "self_refine")), None
+        from harness_jax.harness_r1 import agents
+
+        return Arm("self_refine", agent=agents.self_refine(
+            tok if tok is not None else pipeline.target_tokenizer(config),
+            enable_thinking=harness.enable_thinking)), None
+    if name == "review_hint":
+        return Arm("review_hint", engineers.FixedPatchEngineer(
+            engineers.review_hint_patch(config.env.name), "review_hint")), None
     if name == "rule":
         return Arm("rule", engineers.RuleBasedEngineer()), None
     if name == "prompt":
@@ -172,7 +181,7 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
     rows, abl = [], None
     try:
         for name in arms:
-            arm, close = make_arm(config, workdir, name, harness)
+            arm, close = make_arm(config, workdir, name, harness, tok)
             try:
                 row = evaluate_arm(arm, packets, target, baselines, tasks, tokenizer=tok, cache=cache,
                                    eval_attempts=int(config.r1.eval_attempts), seed=int(config.seed),

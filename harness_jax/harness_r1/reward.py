@@ -229,9 +229,10 @@ def _reward_context(target: FrozenTarget, baseline: Baseline, harness: HarnessSp
 async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task], *,
                  patch: Optional[Patch] = None, harness: Optional[HarnessSpec] = None,
                  tokenizer=None, eval_attempts: int = 3, concurrency: Optional[int] = None,
-                 run_tag: str = "") -> dict:
+                 run_tag: str = "", agent=None) -> dict:
     """Reruns the baseline's episodes of ``tasks`` (paired keys and seed) with ``patch``
-    installed and/or another ``harness``; returns ``{"rewards", "trajectories", "errors",
+    installed and/or another ``harness`` and/or the target inside an ``agent`` wrapper
+    (``agents.SelfRefine``: target -> engine); returns ``{"rewards", "trajectories", "errors",
     "fired", "hook_effects"}``."""
     harness = harness or baseline.harness_spec
     cfg = ExecutorConfig(**{k: v for k, v in baseline.executor.items()
@@ -240,8 +241,9 @@ async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task]
     by_id = {t.task_id: t for t in tasks}
     samples = [(by_id[t], k) for t, k in baseline.samples(list(by_id))]
     tag = run_tag or f"rerun-{uuid.uuid4().hex[:10]}"
+    engine = agent(target) if agent is not None else target
     rewards, trajs, errors, effects = await run_keyed(
-        target, baseline.env_ref, harness, samples, seed=baseline.seed, config=cfg,
+        engine, baseline.env_ref, harness, samples, seed=baseline.seed, config=cfg,
         tokenizer=tokenizer, overlay=patch, attempts=eval_attempts, run_tag=tag)
     fired = patch is not None and (bool(patch.config()) or took_effect(effects))
     return {"rewards": rewards, "trajectories": trajs, "errors": errors, "fired": fired,

@@ -1,8 +1,10 @@
 """Baselines, hook ablations and transfer as library functions producing table rows.
 
 An ``Arm`` is one row of the paper's main table: what is deployed for the frozen target on a
-packet's batch. ``default`` deploys nothing (the baseline itself); ``react`` swaps the harness;
-``self_refine`` installs a fixed overlay; engineer arms (rule-based, prompt-based on any
+packet's batch. ``default`` deploys nothing (the baseline itself); ``react`` swaps the harness
+(the public baseline's Thought/Action contract); ``self_refine`` wraps the target in the
+draft-critique-refine agent (``agents.SelfRefine``); ``review_hint`` installs a fixed review hint
+overlay; engineer arms (rule-based, prompt-based on any
 endpoint, the SFT or GRPO engineer behind an engine) write one patch per packet. Every arm is
 measured as a paired rerun against the cached baseline of the packet's batch, so an arm's
 success is ``baseline success + Delta_B`` (an invalid or no-op patch deploys nothing and keeps
@@ -39,12 +41,14 @@ HOOK_OF_ACTION = {"add_or_edit_skill": "on_init", "edit_tool_hint": "on_init",
 
 @dataclasses.dataclass
 class Arm:
-    """What is deployed: an ``engineer`` (packet -> patch), a ``harness`` override, both or
-    neither (the default harness)."""
+    """What is deployed: an ``engineer`` (packet -> patch), a ``harness`` override, an ``agent``
+    wrapper around the target (target engine -> engine, e.g. ``agents.self_refine(tok)``), any
+    of them or none (the default harness)."""
 
     name: str
     engineer: Any = None
     harness: Optional[HarnessSpec] = None
+    agent: Any = None
 
 
 @dataclasses.dataclass
@@ -90,7 +94,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
         base = _baseline(baselines, pk.baseline_key)
         batch = [tasks[t] for t in pk.task_ids]
         b0 = base.success_rate
-        if arm.engineer is None and arm.harness is None:
+        if arm.engineer is None and arm.harness is None and arm.agent is None:
             before.append(b0)
             after.append(b0)
             valid += 1
@@ -98,7 +102,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
             continue
         if arm.engineer is None:
             run = await arerun(target, base, batch, harness=arm.harness, tokenizer=tokenizer,
-                               eval_attempts=eval_attempts)
+                               eval_attempts=eval_attempts, agent=arm.agent)
             d, complete = delta_b({t: base.rewards[t] for t in pk.task_ids}, run["rewards"])
             ok, is_noop, n_ep, errs = complete, False, len(run["trajectories"]), run["errors"]
             valid += int(complete)
