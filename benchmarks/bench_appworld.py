@@ -1,15 +1,22 @@
-"""AppWorld on its real runtime: service start, oracle episodes/s, per-cell latency.
+"""AppWorld on its real runtime: service start, oracle episodes/s, per-cell latency, and what the
+per-episode sandbox costs.
 
     bash scripts/appworld.sh start
     python benchmarks/bench_appworld.py                        # 30 generated tasks, 1 and 4 at once
     python benchmarks/bench_appworld.py --measure_start        # also stop + cold-start the service
 
 Everything goes through the service boundary exactly as training does (AppWorldEnv -> HTTP on a
-Unix socket -> a worker running AppWorld's own environment server). References measured in the
-same run, interleaved with the episodes: the service's HTTP round trip (``/health``: the floor of
-any call) and a no-op cell (``x = 1``: the floor of a cell through AppWorld's ``execute``, which
-also saves the episode's database changes after every cell). Prints one JSON object per line.
-The numbers depend on load: say whether the machine was quiet.
+Unix socket -> a sandboxed worker running AppWorld's own environment server; evaluation in the
+evaluator's sandbox). References measured in the same run, interleaved with the episodes: the
+service's HTTP round trip (``/health``: the floor of any call) and a no-op cell (``x = 1``: the
+floor of a cell through AppWorld's ``execute``, which also saves the episode's database changes
+after every cell). The sandbox's own costs come from the service's timings of every reset
+(``prepare_s``: the task's files into the episode's root; ``spawn_s``: a fresh child of the slot's
+zygote answering; ``initialize_s``: AppWorld's ``initialize``, also paid without a sandbox) and of
+every evaluation (``prepare_s``: ground truth + end state into the evaluator's root; ``eval_s``:
+AppWorld's evaluator), and from a cold slot start (``--measure_slot_start``: a sandbox importing
+appworld, paid once per worker). Prints one JSON object per line. The numbers depend on load: say
+whether the machine was quiet.
 """
 from __future__ import annotations
 
@@ -31,6 +38,8 @@ flags.DEFINE_integer("seed", 0, "generator seed")
 flags.DEFINE_integer("parallel", 4, "episodes at once in the parallel pass (<= service workers)")
 flags.DEFINE_bool("measure_start", False, "stop the service and time a cold start (it restarts "
                   "the shared service)")
+flags.DEFINE_bool("measure_slot_start", False, "time cold worker-sandbox starts: opens as many "
+                  "episodes at once as the service has workers (run right after a start)")
 
 
 def emit(**kw):
@@ -60,6 +69,7 @@ async def run_oracles(tasks, parallel: int, probes: bool) -> dict:
     client = appworld.ServiceClient()
     sem = asyncio.Semaphore(parallel)
     cells_ms, reset_ms, eval_ms, noop_ms, rtt_ms, ok = [], [], [], [], [], []
+    phases: dict = {}
 
     async def one(task):
         async with sem:
@@ -67,6 +77,8 @@ async def run_oracles(tasks, parallel: int, probes: bool) -> dict:
             t = time.perf_counter()
             await env.areset(task)
             reset_ms.append(1e3 * (time.perf_counter() - t))
+            for k, v in env.timings.items():
+                phases.setdefault(f"reset_{k}", []).append(1e3 * v)
             if probes:  # interleaved references, same episode, same worker
                 t = time.perf_counter()
                 await asyncio.to_thread(client.health)
@@ -84,7 +96,12 @@ async def run_oracles(tasks, parallel: int, probes: bool) -> dict:
                     break
                 cells_ms.append(dt)
             ok.append(bool(res is not None and res.reward == 1.0))
+            for k, v in env.eval_timings.items():     # the final step's evaluation
+                if v is not None:
+                    phases.setdefault(f"eval_{k}", []).append(1e3 * v)
+            t = time.perf_counter()
             await env.aclose()
+            phases.setdefault("close_ms", []).append(1e3 * (time.perf_counter() - t))
 
     t0 = time.perf_counter()
     await asyncio.gather(*[one(t) for t in tasks])
@@ -96,11 +113,40 @@ async def run_oracles(tasks, parallel: int, probes: bool) -> dict:
                cell_ms_p50=round(statistics.median(cells_ms), 1),
                cell_ms_p90=round(pct(cells_ms, 0.9), 1),
                final_cell_with_eval_ms_p50=round(statistics.median(eval_ms), 1),
-               cells=len(cells_ms) + len(eval_ms))
+               cells=len(cells_ms) + len(eval_ms),
+               phases_ms_p50={(k[:-2] if k.endswith("_s") else k):
+                              round(statistics.median(v), 2) for k, v in sorted(phases.items())})
     if probes:
         out.update(noop_cell_ms_p50=round(statistics.median(noop_ms), 1),
                    service_rtt_ms_p50=round(statistics.median(rtt_ms), 2))
     return out
+
+
+def measure_slot_start(tasks) -> dict:
+    """Opens one episode per worker at once on a freshly started service: the slots that were
+    not prewarmed start their sandbox (bwrap + a zygote importing appworld) inside ``acquire``."""
+    from harness_jax.envs import appworld
+    client = appworld.ServiceClient()
+    n = client.health()["max_workers"]
+    conns = [client.connect() for _ in range(n)]
+
+    async def one(conn, task):
+        t = time.perf_counter()
+        out = await asyncio.to_thread(conn.open_episode, task.data["data_dir"],
+                                      task.data["task_id"])
+        return time.perf_counter() - t, out["timings"]
+
+    async def run():
+        return await asyncio.gather(*[one(c, t) for c, t in zip(conns, tasks)])
+
+    results = asyncio.run(run())
+    for c in conns:
+        c.close()
+    h = client.health()
+    return dict(what="slot_start", workers=n, open_s=[round(r[0], 2) for r in results],
+                acquire_s=[round(r[1]["acquire_s"], 2) for r in results],
+                sandbox_import_s=h.get("zygote_import_s"),
+                note="acquire_s includes a cold sandbox start for every slot not prewarmed")
 
 
 def main(_):
@@ -115,13 +161,15 @@ def main(_):
     tasks = appworld.generate_tasks(n=FLAGS.tasks, seed=FLAGS.seed)
     emit(what="generate_tasks", tasks=len(tasks), seconds=round(time.perf_counter() - t, 2),
          note="cached after the first build of this seed")
+    if FLAGS.measure_slot_start:
+        emit(**measure_slot_start(tasks))
     # warm the workers, then measure: sequential (with references) and parallel
     asyncio.run(run_oracles(tasks[:min(len(tasks), FLAGS.parallel)], FLAGS.parallel, False))
     emit(**asyncio.run(run_oracles(tasks, 1, True)))
     emit(**asyncio.run(run_oracles(tasks, FLAGS.parallel, False)))
     h = appworld.ServiceClient().health()
     emit(what="service", workers=len(h["workers"]), max_workers=h["max_workers"],
-         counters=h["counters"])
+         counters=h["counters"], sandbox=h.get("sandbox"))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ each other both ways. ``config_validation`` re-exports both names.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,3 +29,6 @@ class ConfigValidationError(ValueError):
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"{len(self.problems)} problem(s) in the experiment config:\n{lines}")
+
+
+Bad = Callable[[str, Any, str, str], None]            # bad(path, value, problem, fix)

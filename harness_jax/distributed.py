@@ -30,6 +30,8 @@ from typing import Optional
 import jax
 from absl import flags
 
+from harness_jax import xla_flags
+
 _FLAGS_DEFINED = False
 
 
@@ -104,11 +106,17 @@ def discoverable_multiprocess(environ=None) -> bool:
 
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, *, auto: bool = False,
-               initialization_timeout: int = 300) -> bool:
+               initialization_timeout: int = 300, platform: Optional[str] = None) -> bool:
     """Initialise multi-process JAX when configured or discoverable; returns True when it did.
 
-    Must run before any JAX computation. Logs the process index, device counts and platform.
+    Must run before any JAX computation. ``platform`` ("cpu" | "gpu" | "tpu", the run's
+    ``config.mesh.platform``): first add that platform's XLA flags (``harness_jax.xla_flags``;
+    latency hiding, collective pipelining). Logs the process index, device counts and platform.
     """
+    if platform is not None:
+        set_flags = xla_flags.apply(platform)
+        if set_flags:
+            logging.info("XLA flags for %s: %s", platform, set_flags)
     cfg = resolve(coordinator_address, num_processes, process_id)
     if cfg.num_processes is not None and cfg.num_processes > 1:
         if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):

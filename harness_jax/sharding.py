@@ -8,9 +8,11 @@ Every model parameter carries logical axis names in its ``out_sharding`` metadat
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from flax import nnx
@@ -135,16 +137,18 @@ def named_sharding(logical_axes, mesh: Mesh, rules=None, shape=None) -> NamedSha
     return NamedSharding(mesh, logical_to_mesh(logical_axes, mesh, rules, shape))
 
 
-def _var_axes(var):
+def var_logical_axes(var) -> tuple:
+    """Logical axis names of an nnx Variable (its ``out_sharding`` metadata; all None if unset)."""
     meta = var.get_metadata() if hasattr(var, "get_metadata") else {}
     axes = meta.get("out_sharding")
     return tuple(axes) if axes else (None,) * len(var.shape)
 
 
+
 def state_shardings(state, mesh: Mesh, rules=None):
     """Map an nnx State (abstract or concrete) to NamedShardings from each Variable's logical axes."""
     def one(var):
-        return var.replace(named_sharding(_var_axes(var), mesh, rules, var.shape))
+        return var.replace(named_sharding(var_logical_axes(var), mesh, rules, var.shape))
 
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
@@ -182,6 +186,81 @@ def golden_shardings(state, mesh: Mesh, rules=None) -> dict:
         s = v.get_value() if hasattr(v, "get_value") else v
         out[".".join(str(p) for p in path)] = str(s.spec)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# FSDP: weights cast to the compute dtype before their all-gather
+# ---------------------------------------------------------------------------------------------
+FSDP_AXES = ("data", "fsdp")   # mesh axes whose weight shards are gathered for compute
+
+
+def gathered_rules(rules: Optional[Rules] = None) -> Rules:
+    """``rules`` with the FSDP axes removed from every weight axis: the layout a weight has while
+    a layer computes with it (tensor / expert sharding stays; ``batch`` keeps its axes)."""
+    rules = DEFAULT_RULES if rules is None else rules
+    out = []
+    for k, v in rules:
+        if k != "batch" and v is not None:
+            kept = tuple(a for a in ((v,) if isinstance(v, str) else v) if a not in FSDP_AXES)
+            v = None if not kept else (kept[0] if len(kept) == 1 else kept)
+        out.append((k, v))
+    return tuple(out)
+
+
+def _gather_cast_impl(w, shard, full, compute_dtype, param_dtype):
+    # pinned to the shard layout after the cast, then to the gathered one: the all-gather
+    # between them moves compute-dtype bytes (one constraint alone lets the partitioner gather
+    # before the cast)
+    x = jax.lax.with_sharding_constraint(w.astype(compute_dtype), shard)
+    return jax.lax.with_sharding_constraint(x, full)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
+def _gather_cast(w, shard, full, compute_dtype, param_dtype):
+    return _gather_cast_impl(w, shard, full, compute_dtype, param_dtype)
+
+
+def _gather_cast_fwd(w, shard, full, compute_dtype, param_dtype):
+    return _gather_cast_impl(w, shard, full, compute_dtype, param_dtype), None
+
+
+def _gather_cast_bwd(shard, full, compute_dtype, param_dtype, _, g):
+    # the cotangent holds each device's partial sum over its rows (in the dtype the weight-
+    # gradient matmul produced, ``kernels.weight_grad_dtype``); back to the shard layout is the
+    # reduce-scatter
+    return (jax.lax.with_sharding_constraint(g, shard).astype(param_dtype),)
+
+
+_gather_cast.defvjp(_gather_cast_fwd, _gather_cast_bwd)
+
+
+def gather_for_compute(w, logical_axes, mesh: Mesh, rules=None, compute_dtype=None):
+    """``w`` (an FSDP-sharded weight) cast to ``compute_dtype`` on its shards, then gathered over
+    the FSDP axes; its gradient is reduce-scattered back to the shards and returned in ``w``'s
+    dtype. Numerically the same as casting after the gather (a cast is elementwise); the point
+    is that the all-gather moves compute-dtype bytes. Weights without FSDP sharding are only cast."""
+    compute_dtype = jnp.dtype(compute_dtype or w.dtype)
+    axes = tuple(logical_axes)[-w.ndim:] if logical_axes else (None,) * w.ndim
+    shard = named_sharding(axes, mesh, rules, w.shape)
+    full = named_sharding(axes, mesh, gathered_rules(rules), w.shape)
+    if shard.spec == full.spec:
+        return w.astype(compute_dtype)
+    return _gather_cast(w, shard, full, compute_dtype, jnp.dtype(w.dtype))
+
+
+def gather_params_for_compute(state, mesh: Mesh, rules=None, compute_dtype=None):
+    """Every matmul weight (an ``nnx.Param`` of rank >= 2) of an nnx State through
+    ``gather_for_compute`` (per-layer FSDP: called inside each layer, so one layer's weights are
+    gathered at a time). Rank-1 parameters (norms, gates) keep their dtype: the kernels read them
+    in fp32. Leading stacked ``layers`` axes already sliced off by a scan are accounted for."""
+    from flax import nnx
+
+    def one(var):
+        if not isinstance(var, nnx.Param) or jnp.ndim(var[...]) < 2:
+            return var
+        return var.replace(gather_for_compute(var[...], var_logical_axes(var), mesh, rules, compute_dtype))
+
+    return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2, rules=None, shape=None) -> NamedSharding:

@@ -28,12 +28,13 @@ distributed.define_flags()
 
 def main(argv):
     del argv
-    distributed.initialize()
+    distributed.initialize(platform=_CONFIG.value.mesh.platform)   # XLA flags of the platform, multi-host
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
     from harness_jax.harness_r1 import pipeline
+    from harness_jax.train.console import Console
 
-    console = pipeline.Console(enabled=True, stream=sys.stderr)
+    console = Console("on", echo=True, stream=sys.stderr)
     summary = pipeline.run(_CONFIG.value, _WORKDIR.value, console=console)
     ev = summary["eval"]
     ref = summary.get("reference_rule") or {}

@@ -29,8 +29,8 @@ _HARNESS = flags.DEFINE_string("harness", "", "harness spec file or registered n
 _K = flags.DEFINE_integer("k", 0, "attempts per task (0 = config.eval.k)")
 _NUM_TASKS = flags.DEFINE_integer("num_tasks", 0, "tasks (0 = config.eval.num_tasks)")
 _OUT = flags.DEFINE_string("out", "", "results JSON path ('' = <workdir>/eval_<split>[_rank1].json)")
-_ROUTING = flags.DEFINE_enum("routing", "h0", ["h0", "rank1"], "h0: one harness for every task; "
-                             "rank1: Harness-S Rank-1 routing over the pool (and H0 for comparison)")
+_ROUTING = flags.DEFINE_string("routing", "h0", "h0: one harness for every task; or a routing a method "
+                               "registers (rank1: Harness-S Rank-1 routing over the pool, and H0 for comparison)")
 _POOL = flags.DEFINE_string("pool", "", "--routing=rank1: pool file ('' = config.harness_s.pool)")
 flags.mark_flags_as_required(["config", "workdir"])
 distributed.define_flags()
@@ -39,24 +39,11 @@ distributed.define_flags()
 def main(argv):
     del argv
     distributed.initialize()
-    from harness_jax.envs import registry
-    from harness_jax.train import builders, evaluation
+    from harness_jax.train import evaluation
 
-    config = _CONFIG.value
-    n = _NUM_TASKS.value or config.eval.num_tasks
-    if _SPLIT.value == "test":   # the sealed split is opened here, by the entry point, only
-        with registry.sealed_test_access(f"launch/evaluate.py checkpoint={_CKPT.value or 'config'}"):
-            tasks = builders.load_tasks(config, "test", n)   # a list: made inside the seal
-    else:
-        tasks = builders.load_tasks(config, _SPLIT.value, n)
-    if _ROUTING.value == "rank1":
-        from harness_jax.harness_s import rank1
-        res = rank1.rank1_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value, k=_K.value,
-                               split=_SPLIT.value, pool_path=_POOL.value, out=_OUT.value)
-    else:
-        res = evaluation.evaluate_main(config, _WORKDIR.value, tasks=tasks, checkpoint=_CKPT.value,
-                                       split=_SPLIT.value, harness=_HARNESS.value, k=_K.value,
-                                       out=_OUT.value)
+    res = evaluation.evaluate_command(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value, num_tasks=_NUM_TASKS.value,
+                                      routing=_ROUTING.value, checkpoint=_CKPT.value, harness=_HARNESS.value,
+                                      k=_K.value, pool=_POOL.value, out=_OUT.value)
     logging.info("results: %s", res)
 
 

@@ -31,7 +31,8 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    from harness_jax.harness_r1 import evaluate, pipeline
+    from harness_jax.harness_r1 import evaluate
+    from harness_jax.train.console import Console
 
     if _MERGE.value:
         import json
@@ -47,7 +48,7 @@ def main(argv):
         if _CONFIG.value is None or not _WORKDIR.value:
             raise app.UsageError("give --config and --workdir (or --merge and --out)")
         table = evaluate.run_table(_CONFIG.value, _WORKDIR.value, split=_SPLIT.value, arms=_ARMS.value,
-                                   console=pipeline.Console(enabled=True))
+                                   console=Console("on", echo=True))
     print(evaluate.markdown(table))
 
 

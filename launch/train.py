@@ -5,9 +5,10 @@
 
 Running the same command again resumes from <workdir>/checkpoints (or from the SFT warm start's
 last checkpoint). SIGTERM saves a checkpoint and exits cleanly. ``--workdir`` may be a URI
-(``gs://bucket/run``). A config with a ``harness_s`` section that names a sibling pool
-(``experiments/configs/harness_s/``) trains with Harness-S's rescue, router and re-anchoring
-(``harness_jax.harness_s.training``); any other config is plain agent GRPO.
+(``gs://bucket/run``). The methods a config has sections of plug in through their registered
+extensions (``harness_jax.train.extensions``): a ``harness_s`` section that names a sibling pool
+(``experiments/configs/harness_s/``) trains with Harness-S's rescue, router and re-anchoring; a
+config without method sections is plain agent GRPO.
 """
 import os
 import sys
@@ -27,9 +28,10 @@ distributed.define_flags()
 
 def main(argv):
     del argv
-    distributed.initialize()              # multi-host when flags/environment say so; logs devices
-    from harness_jax.harness_s import training
-    summary = training.train(_CONFIG.value, _WORKDIR.value)
+    # the platform's XLA flags (collective overlap), then multi-host when flags/environment say so
+    distributed.initialize(platform=_CONFIG.value.mesh.platform)
+    from harness_jax.train import run
+    summary = run.train(_CONFIG.value, _WORKDIR.value)
     logging.info("done: %s", summary)
 
 

@@ -13,11 +13,16 @@
 #
 # The service (harness_jax/envs/appworld/venv_side/service.py, run by the venv's python) is a
 # pool of AppWorld's own environment servers behind one HTTP endpoint on a Unix socket in a 0700
-# directory: no TCP port, only this user can reach it.
+# directory: no TCP port, only this user can reach it. Every episode runs in a bubblewrap sandbox
+# (the SWE family's: scripts/swe_sandbox.sh installs bubblewrap; `start` runs it when bwrap is
+# missing) as an unprivileged uid, without network, seeing only its own task's files.
 #   HARNESS_JAX_APPWORLD_HOME     (default ~/.cache/harness_jax/appworld) venv/, service/, data/
 #   HARNESS_JAX_APPWORLD_SOCKET   (default $HOME/service/appworld.sock)
-#   HARNESS_JAX_APPWORLD_WORKERS  (default 4) most episodes served at once (one process each)
-#   HARNESS_JAX_APPWORLD_RLIMIT_AS_MB (default 4096) address-space limit of each worker
+#   HARNESS_JAX_APPWORLD_WORKERS  (default 4) most episodes served at once (one sandbox each)
+#   HARNESS_JAX_APPWORLD_RLIMIT_AS_MB (default 4096) address-space limit of each sandboxed process
+#   HARNESS_JAX_APPWORLD_IDLE_S   (default 900) an episode without a request for this long is
+#                                 closed (a closed connection or an exited client: within seconds)
+#   HARNESS_JAX_APPWORLD_DISK_MB  (default 256) an episode's writable files
 #   HARNESS_JAX_APPWORLD_PYTHON   (default python3) a Python >= 3.11 to build the venv with
 #   HARNESS_JAX_APPWORLD_VERSION  (default 0.1.3.post1) the appworld release to install
 # The Python client reads the same variables. Every command is idempotent.
@@ -30,6 +35,8 @@ STATE="$AW_HOME/service"
 SOCK="${HARNESS_JAX_APPWORLD_SOCKET:-$STATE/appworld.sock}"
 WORKERS="${HARNESS_JAX_APPWORLD_WORKERS:-4}"
 RLIMIT_AS_MB="${HARNESS_JAX_APPWORLD_RLIMIT_AS_MB:-4096}"
+IDLE_S="${HARNESS_JAX_APPWORLD_IDLE_S:-900}"
+DISK_MB="${HARNESS_JAX_APPWORLD_DISK_MB:-256}"
 PY="${HARNESS_JAX_APPWORLD_PYTHON:-python3}"
 VERSION="${HARNESS_JAX_APPWORLD_VERSION:-0.1.3.post1}"
 SERVICE_PY="$REPO/harness_jax/envs/appworld/venv_side/service.py"
@@ -95,6 +102,11 @@ is_up() {
 cmd_start() {
   if is_up; then echo "appworld.sh: already running (socket $SOCK)"; return 0; fi
   cmd_install
+  if ! command -v bwrap >/dev/null 2>&1; then
+    echo "appworld.sh: bubblewrap is missing; installing it (scripts/swe_sandbox.sh install)" >&2
+    bash "$REPO/scripts/swe_sandbox.sh" install >&2 \
+      || { echo "appworld.sh: could not install bubblewrap (apt-get install bubblewrap)" >&2; return 1; }
+  fi
   local t0=$SECONDS
   mkdir -p "$STATE" "$(dirname "$SOCK")"
   chmod 700 "$STATE" "$(dirname "$SOCK")"
@@ -102,10 +114,16 @@ cmd_start() {
     rm -f "$STATE/service.pid" "$SOCK"
   fi
   nohup "$VENV/bin/python" "$SERVICE_PY" manager --socket "$SOCK" --state-dir "$STATE" \
-    --workers "$WORKERS" --rlimit-as-mb "$RLIMIT_AS_MB" >>"$LOG" 2>&1 </dev/null &
-  local i
+    --workers "$WORKERS" --rlimit-as-mb "$RLIMIT_AS_MB" --idle-limit-s "$IDLE_S" \
+    --disk-mb "$DISK_MB" >>"$LOG" 2>&1 </dev/null &
+  local i pid=$!
   for i in $(seq 1 360); do
     if is_up; then echo "appworld.sh: ready in $((SECONDS - t0)) s (socket $SOCK)"; return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "appworld.sh: the service exited while starting; log $LOG:" >&2
+      tail -30 "$LOG" >&2 || true
+      return 1
+    fi
     sleep 0.5
   done
   echo "appworld.sh: the service did not answer within 180 s; log $LOG:" >&2

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The SWE environment's sandbox (bubblewrap, Debian package). Idempotent.
+# The bubblewrap sandbox of the SWE environment and the AppWorld service (Debian package).
+# Idempotent; concurrent runs wait for each other.
 #   bash scripts/swe_sandbox.sh install   # apt-get install bubblewrap if bwrap is missing
 #   bash scripts/swe_sandbox.sh check     # run one sandboxed command
 set -euo pipefail
 cmd="${1:-install}"
 case "$cmd" in
   install)
+    # one installer at a time (scripts/appworld.sh start may run this concurrently with CI)
+    exec 9>"${TMPDIR:-/tmp}/harness_jax_bubblewrap_install.lock"
+    flock 9
     if ! command -v bwrap >/dev/null 2>&1; then
       export DEBIAN_FRONTEND=noninteractive
       apt-get install -y -q bubblewrap >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null; }

@@ -14,17 +14,19 @@ Expected result: not run by this project (no TPU here); the config validates and
 lowers for a 16-device fsdp mesh on CPU fake devices with the real parameter shapes
 (tests/experiments), reporting per-device memory.
 
-Memory arithmetic per chip (N = 8.95e9 parameters: embeddings 2 x 248320 x 4096 = 2.03e9,
-24 Gated DeltaNet layers x 218e6 + 8 attention layers x 210e6 = 6.92e9; fsdp=16):
-  fp32 master params  4 B x N / 16 =  2.2 GB
-  fp32 gradients      4 B x N / 16 =  2.2 GB
-  Adam m + v          8 B x N / 16 =  4.5 GB
-  activations (remat="block", bf16): 1 row x 8192 tokens per chip,
-      block inputs 8192 x 4096 x 2 B x 32 layers = 2.1 GB, one block's internals ~4 GB,
-      log-probs in 1024-token chunks 1024 x 248320 x 4 B = 1.0 GB
-  engine caches (colocated): 64 slots x (8 attn layers x 2 x 4 kv x 256 x 16384 x 2 B
-      + 24 GDN layers x 32 heads x 128 x 128 x 4 B) / 16 = 1.1 GB
-  total ~ 17 GB of 95 GB.
+Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "full" (each layer
+recomputed; its bf16 input kept), weights cast to bf16 on their FSDP shards before the per-layer
+all-gather. Static part, exact (N = 8.95e9: embeddings 2 x 248320 x 4096 = 2.03e9, 24 Gated
+DeltaNet layers x 218e6 + 8 attention layers x 210e6 = 6.92e9; fsdp=16): fp32 params 2.2 GB +
+Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip. AOT budget: fits (42 GB per device
+of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step
+compiled for the 16-device mesh at pack_len 8192, full depth, one 8192-token row per chip per
+micro-batch (tests/experiments/test_aot.py); that compile is XLA:CPU's (splash replaced by the XLA
+flash kernel), which holds bf16 math in fp32: an upper bound for the TPU (before this plan:
+reference attention, dots-saveable remat, fp32 weight gathers, the same compile reported 546 GB).
+Engine caches
+(colocated): 64 slots x (8 attention layers x 2 x 4 kv x 256 x 16384 x 2 B + 24 GDN layers x 32
+heads x 128 x 128 x 4 B) / 16 = 1.1 GB per chip on top.
 """
 from experiments.configs import common
 
@@ -37,12 +39,14 @@ def get_config():
     c.model.preset = "9b"                 # Qwen3.5-9B shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.remat = "full"                # recompute each decoder layer in the backward pass (keeps its input)
+    c.model.attention = "splash"          # TPU Pallas splash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one 4-layer cycle scanned 8 times
 
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips
     c.mesh.num_devices = 16               # v5p-32 = 16 chips
     c.mesh.platform = "tpu"               # TPU v5p
+    c.mesh.chip = "v5p"                   # AOT budget: 95 GB per chip
 
     c.rollout.mode = "colocated"          # embedded JaxEngine on the learner's mesh, in-place weight update
     c.rollout.max_slots = 64              # decode slots

@@ -26,10 +26,12 @@ def main(argv):
     from harness_jax.harness_r1 import evaluate
     from harness_jax.harness_r1.packets import PacketDataset
     from harness_jax.harness_r1.prompt import validate_response
+    from harness_jax.train import spec
 
+    run = spec.resolve(_CONFIG.value)
     packets = PacketDataset(os.path.join(_WORKDIR.value, "packets")).load("held_out")[:_PACKETS.value]
     for which in ("sft", "grpo"):
-        eng, engine = evaluate.model_engineer(_CONFIG.value, _WORKDIR.value, which)
+        eng, engine = evaluate.model_engineer(run, _WORKDIR.value, which)
         try:
             for p in packets:
                 [r] = eng.propose(p, k=1, seed=0)

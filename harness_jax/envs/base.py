@@ -63,11 +63,14 @@ class Task:
         return f"{self.env_name}-{content_hash(self.data)}"
 
 
+PROTOCOLS = ("text", "function")   # how actions reach an environment: parsed text, or ToolCall
+
+
 class Env(abc.ABC):
     """One episode at a time; create one Env per concurrent episode."""
 
     name: str = "env"
-    protocol: str = "text"  # "text" | "function"
+    protocol: str = "text"  # one of PROTOCOLS
     # episodes one process may run at once (None: any number; 1: the family's engine is not
     # thread-safe, so episode workers run one of its episodes per process)
     process_concurrency: Optional[int] = None

@@ -15,6 +15,9 @@ import sys
 from typing import Optional, Sequence
 
 from harness_jax.harness.store import TrajectoryStore, episode_diff
+from harness_jax.harness.specs import HarnessSpec, diff_specs
+from harness_jax.harness.validation import validate_patch
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 
 def _filters(a) -> dict:
@@ -59,16 +62,12 @@ def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
     a = p.parse_args(argv)
 
     if a.cmd == "spec-diff":
-        from harness_jax.harness.specs import HarnessSpec, diff_specs
-
         pa, ch = HarnessSpec.load(a.parent), HarnessSpec.load(a.child)
         print(f"{pa.name} ({pa.harness_id}) -> {ch.name} ({ch.harness_id})", file=out)
         for line in diff_specs(pa, ch) or ["(no differences)"]:
             print(line, file=out)
         return 0
     if a.cmd == "validate":
-        from harness_jax.harness.validation import validate_patch
-
         with open(a.patch_file, encoding="utf-8") as f:
             res = validate_patch(f.read(), env_name=a.env)
         print(json.dumps({"ok": res.ok, "errors": res.errors,
@@ -104,8 +103,6 @@ def main(argv: Optional[Sequence[str]] = None, out=None) -> int:
                       f"{json.dumps(iv['result'], ensure_ascii=False)}", file=out)
             print(f"observation: {ev.observation}", file=out)
         if a.tokens:
-            from harness_jax.sampling.tokenizer import load_tokenizer
-
             tok = load_tokenizer()
             for i, s in enumerate(t.segments):
                 print(f"=== segment {i} ({len(s.token_ids)} tokens)", file=out)

@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from harness_jax.harness.lint import lint_hook_source
 from harness_jax.harness.patches import MAX_ACTIONS, SCHEMA_VERSION, Patch, normalise_action
+from harness_jax.harness.overlay import reject_runtime_noop
 
 COMMON_LEAKAGE_PATTERNS = (
     r"\bB0[0-9A-Z]{8}\b",                                      # ASIN-like product ids
@@ -168,8 +169,6 @@ def validate_patch(patch_json_or_model_text: Any, env_name: Optional[str] = "dbb
     if not errors:
         errors.extend(leakage_errors(patch, env_name, leakage_patterns))
     if not errors and dry_run_contexts is not None:
-        from harness_jax.harness.overlay import reject_runtime_noop
-
         msg = reject_runtime_noop(patch, dry_run_contexts, env_name=env_name, sandbox=sandbox)
         if msg:
             errors.append(msg)

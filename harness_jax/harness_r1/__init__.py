@@ -10,7 +10,10 @@ Public API::
     ev = harness_r1.evaluate_patch(patch_text, env_name, target, tasks, baseline)
     ev.reward, ev.valid, ev.complete
 
-See docs/harness_r1.md for the design and the interfaces the training task uses.
+See docs/harness_r1.md for the design and the interfaces the training task uses. The ``r1``
+config section is typed in ``harness_r1.config`` and registered, with its checks, as a training
+method by ``harness_r1.method``; the engineer trains through ``harness_r1.pipeline``
+(``launch/engineer.py``) on the project's loop (``harness_r1.training.EngineerExtension``).
 """
 from harness_jax.harness_r1.baseline import (Baseline, BaselineCache, EnvRef, arun_baseline,
                                              baseline_key, run_baseline, sample_keys)
@@ -44,5 +47,3 @@ __all__ = [
     "packet_from_baseline", "react_harness", "run_baseline", "sample_keys", "review_hint_patch",
     "sft_example",
 ]
-
-from harness_jax.harness_r1 import config_checks as _config_checks  # noqa: E402,F401 (registers the r1 section check)

@@ -9,8 +9,7 @@ is the thin main.
 Arms (``r1.table.arms``): ``default`` (the target under its base harness: the baseline itself),
 ``react`` (the public ReAct baseline: a Thought/Action contract in the system prompt),
 ``self_refine`` (the target inside the draft-critique-refine agent, ``agents.SelfRefine``),
-``review_hint`` (a fixed review-hint overlay), ``rule`` (the rule-based
-engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
+``review_hint`` (a fixed review-hint overlay), ``rule`` (the rule-based engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
 ``sft`` (the engineer after cold-start SFT: ``sft_checkpoints/``) and ``grpo`` (after GRPO:
 ``checkpoints/``). Engineers write one patch per packet (greedy for the model engineers); every
 arm is a paired rerun against the cached baseline of each packet's batch (``tables``).
@@ -43,9 +42,8 @@ import math
 import os
 from typing import Optional, Sequence
 
-from harness_jax import config_validation
 from harness_jax.envs import registry
-from harness_jax.harness_r1 import engineers, pipeline
+from harness_jax.harness_r1 import agents, engineers, pipeline
 from harness_jax.harness_r1.baseline import BaselineCache, run_sync
 from harness_jax.harness_r1.engineers import ModelEngineer, RuleBasedEngineer
 from harness_jax.harness_r1.packets import PacketDataset, build_packet_dataset
@@ -53,81 +51,81 @@ from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
 from harness_jax.harness_r1.reward import RewardCache
 from harness_jax.harness_r1.tables import (Arm, Row, aablate_hooks, apropose, evaluate_arm, success_table,
                                            table_markdown, transfer)
-from harness_jax.train import builders, rollout
-from harness_jax.train.evaluation import policy_model
+from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
+from harness_jax.rl import policy
+from harness_jax.train import console as console_lib, rollout, spec as spec_lib
 from harness_jax.train.workdir import RunPaths
 
 SCHEMA = "harness-r1-table-v1"
 ARMS = ("default", "react", "self_refine", "review_hint", "rule", "prompt", "sft", "grpo")
 
 
-def model_engineer(config, workdir: str, which: str):
+def model_engineer(run, workdir: str, which: str):
     """``(ModelEngineer, engine)`` of the run's engineer after SFT (``which="sft"``) or GRPO
-    (``"grpo"``), greedy, on the config's rollout mode (servers get the weights first)."""
+    (``"grpo"``), greedy, on the run's rollout mode (servers get the weights first). ``run``:
+    ``train.spec.RunSpec``."""
     paths = RunPaths.of(workdir)
     ckpt = paths.sft_checkpoints if which == "sft" else paths.checkpoints
     if not ckpt.exists():
         raise FileNotFoundError(f"arm {which!r}: no {ckpt}; run launch/engineer.py with this config and "
                                 "workdir first")
-    tok = rollout.load_tokenizer(config, paths.tokenizer)
-    mesh, rules = builders.make_mesh(config), builders.mesh_rules(config)
-    model, _ = policy_model(config, str(ckpt), mesh, rules)
-    colocated = config.rollout.mode == "colocated"
-    engine, sync = rollout.build_engine(config, model, tok, version=0,
-                                        sync_dir="" if colocated else paths.local("weight_sync_eval"))
-    if not colocated:
+    tok = rollout.load_tokenizer(run, paths.tokenizer)
+    mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
+    model, _ = policy.policy_model(run.model, str(ckpt), mesh, rules, seed=run.seed)
+    r = run.rollout
+    engine, sync = rollout.build_engine(r, model, tok, seed=run.seed, version=0,
+                                        sync_dir="" if r.colocated else paths.local("weight_sync_eval"))
+    if not r.colocated:
         sync(model, 0)
-    r = config.rollout
     return ModelEngineer(engine, tok, name=which, temperature=0.0, top_p=1.0,
                          max_new_tokens=int(r.max_new_tokens),
-                         prompt=pipeline.prompt_spec(config)), engine
+                         prompt=run.method("r1").prompt_spec()), engine
 
 
-def make_arm(config, workdir: str, name: str, harness, tok=None):
-    """``(Arm, closer)`` for one arm name (module docstring); ``tok``: the target's tokenizer
-    (the Self-Refine agent renders its side turns with it; default: the config's)."""
+def make_arm(run, workdir: str, name: str, harness, tok=None):
+    """``(Arm, closer)`` for one arm name (module docstring); ``run``: ``train.spec.RunSpec``;
+    ``tok``: the target's tokenizer (the Self-Refine agent renders its side turns with it;
+    default: the run's)."""
+    r1 = run.method("r1")
     if name == "default":
         return Arm("default"), None
     if name == "react":
         return Arm("react", harness=engineers.react_harness(harness)), None
     if name == "self_refine":
-        from harness_jax.harness_r1 import agents
-
         return Arm("self_refine", agent=agents.self_refine(
-            tok if tok is not None else pipeline.target_tokenizer(config),
+            tok if tok is not None else pipeline.target_tokenizer(run, r1),
             enable_thinking=harness.enable_thinking)), None
     if name == "review_hint":
         return Arm("review_hint", engineers.FixedPatchEngineer(
-            engineers.review_hint_patch(config.env.name), "review_hint")), None
+            engineers.review_hint_patch(run.env.name), "review_hint")), None
     if name == "rule":
-        return Arm("rule", engineers.RuleBasedEngineer()), None
+        return Arm("rule", engineers.RuleBasedEngineer(surface=r1.effect_surface)), None
     if name == "prompt":
-        from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
-
-        t = config.r1.table
+        t = run.method("r1").table
         client = OpenAIChatClient(ChatClientConfig(
             base_url=t.prompt_base_url, model=t.prompt_model, api_key_env=t.prompt_api_key_env or None,
             cache_dir=os.path.join(workdir, "cache", "prompt_engineer")))
         return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(
-            client, temperature=0.0, prompt=pipeline.prompt_spec(config))), None
+            client, temperature=0.0, prompt=r1.prompt_spec())), None
     if name in ("sft", "grpo"):
-        eng, engine = model_engineer(config, workdir, name)
+        eng, engine = model_engineer(run, workdir, name)
         return Arm(name, eng), getattr(engine, "close", None)
     raise ValueError(f"arm {name!r}: use one of {ARMS}")
 
 
-def test_packets(config, workdir: str, target, tok):
+def test_packets(run, workdir: str, target, tok):
     """Test-split packets of the target (built inside ``sealed_test_access``; cached)."""
-    p = config.r1.packets
-    paths = pipeline.Paths(workdir)
-    with registry.sealed_test_access(f"Harness-R1 table of {config.name}"):
+    r1 = run.method("r1")
+    p = r1.packets
+    paths = pipeline.EngineerPaths.of(workdir)
+    with registry.sealed_test_access(f"Harness-R1 table of {run.name}"):
         return build_packet_dataset(
-            target, pipeline.env_ref(config), pipeline.target_harness(config),
+            target, pipeline.env_ref(run), pipeline.target_harness(run, r1),
             os.path.join(workdir, "packets_test"), batches={"held_out": int(p.held_out_batches)},
             batch_size=int(p.batch_size), budget_tokens=int(p.budget_tokens), n_per_task=int(p.n_per_task),
-            seed=int(p.seed), cache=BaselineCache(paths.baseline_cache(config)), tokenizer=tok,
-            config=pipeline.executor_config(config), env_splits={"held_out": "test"},
-            split_kwargs=pipeline.split_kwargs(config))
+            seed=int(p.seed), cache=BaselineCache(paths.baseline_cache(p)), tokenizer=tok,
+            config=pipeline.executor_config(run, r1), env_splits={"held_out": "test"},
+            split_kwargs=pipeline.split_options(run))
 
 
 def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 0) -> Optional[dict]:
@@ -159,64 +157,61 @@ def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 
 
 
 def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[Sequence[str]] = None,
-              console=None) -> dict:
+              console: console_lib.Console = console_lib.QUIET) -> dict:
     """The table of one run (module docstring); also written to ``<workdir>/table_<split>.json``
-    and ``.md``."""
-    console = console or pipeline.SILENT
+    and ``.md``. Resolves ``config`` (it must have the ``r1`` section)."""
     if split not in ("held_out", "test"):
         raise ValueError(f"split={split!r}: use 'held_out' (the run's held-out packets) or 'test'")
-    config_validation.validate(config)
-    arms = tuple(arms or config.r1.table.arms)
-    tok = pipeline.target_tokenizer(config)
-    target = pipeline.target_spec(config).build(tok)
-    paths = pipeline.Paths(workdir)
-    baselines = BaselineCache(paths.baseline_cache(config))
+    run = spec_lib.resolve(config)
+    r1 = run.method("r1")
+    arms = tuple(arms or r1.table.arms)
+    tok = pipeline.target_tokenizer(run, r1)
+    target = r1.target.spec().build(tok)
+    paths = pipeline.EngineerPaths.of(workdir)
+    baselines = BaselineCache(paths.baseline_cache(r1.packets))
     cache = RewardCache(paths.reward_cache)
-    ds = test_packets(config, workdir, target, tok) if split == "test" else PacketDataset(paths.packets)
-    packets = ds.load("held_out")[:int(config.eval.num_tasks)] if split == "held_out" else ds.load("held_out")
+    ds = test_packets(run, workdir, target, tok) if split == "test" else PacketDataset(paths.packets)
+    packets = ds.load("held_out")[:int(run.loop.eval.num_tasks)] if split == "held_out" else ds.load("held_out")
     if not packets:
         raise ValueError(f"no {split} packets in {ds.root}; run launch/engineer.py first")
     tasks = ds.tasks("held_out")
-    harness = pipeline.target_harness(config)
+    harness = pipeline.target_harness(run, r1)
     rows, abl = [], None
     try:
         for name in arms:
-            arm, close = make_arm(config, workdir, name, harness, tok)
+            arm, close = make_arm(run, workdir, name, harness, tok)
             try:
                 row = evaluate_arm(arm, packets, target, baselines, tasks, tokenizer=tok, cache=cache,
-                                   eval_attempts=int(config.r1.eval_attempts), seed=int(config.seed),
-                                   require_code_hook_only=bool(config.r1.require_code_hook_only))
+                                   eval_attempts=int(r1.eval_attempts), seed=int(run.seed),
+                                   require_code_hook_only=bool(r1.require_code_hook_only))
                 rows.append(row)
                 console.line(f"[table] {arm.name}: success {row.success_before:.3f} -> {row.success_after:.3f} "
                              f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches, "
                              f"{row.infra_batches} infrastructure-incomplete)")
-                if name == config.r1.table.ablate and arm.engineer is not None:
-                    abl = ablation(arm, packets, target, baselines, tasks, tok=tok, cache=cache,
-                                   seed=int(config.seed))
+                if name == r1.table.ablate and arm.engineer is not None:
+                    abl = ablation(arm, packets, target, baselines, tasks, tok=tok, cache=cache, seed=int(run.seed))
             finally:
                 if close is not None:
                     close()
         tr = []
-        specs = json.loads(config.r1.table.transfer_targets or "[]")
+        specs = [t.to_dict() for t in r1.table.transfer_specs()]
         if specs:
-            eng_arm = config.r1.table.ablate or "rule"
-            arm, close = (make_arm(config, workdir, eng_arm, harness) if eng_arm != "rule"
-                          else (None, None))
+            eng_arm = r1.table.ablate or "rule"
+            arm, close = (make_arm(run, workdir, eng_arm, harness) if eng_arm != "rule" else (None, None))
             try:
-                engineer = arm.engineer if arm is not None else RuleBasedEngineer()
-                tr = transfer(engineer, specs, pipeline.env_ref(config), harness,
+                engineer = arm.engineer if arm is not None else RuleBasedEngineer(surface=r1.effect_surface)
+                tr = transfer(engineer, specs, pipeline.env_ref(run), harness,
                               [tasks[t] for t in packets[0].task_ids],
                               [tasks[t] for pk in packets[1:] for t in pk.task_ids] or
                               [tasks[t] for t in packets[0].task_ids],
                               baseline_cache=baselines, reward_cache=cache, tokenizer=tok,
-                              budget_tokens=int(config.r1.packets.budget_tokens),
-                              config=pipeline.executor_config(config))
+                              budget_tokens=int(r1.packets.budget_tokens), config=pipeline.executor_config(run, r1))
             finally:
                 if close is not None:
                     close()
     finally:
         target.close()
-    table = dict(schema=SCHEMA, split=split, config=config.name, target=str(target.identity),
+    table = dict(schema=SCHEMA, split=split, config=run.name, target=str(target.identity),
                  **success_table(rows), rows=[r.to_dict() for r in rows], ablation=abl, transfer=tr)
     write(table, os.path.join(workdir, f"table_{split}"))
     return table

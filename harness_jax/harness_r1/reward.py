@@ -53,6 +53,7 @@ from harness_jax.harness_r1.baseline import Baseline, EnvRef, run_keyed, run_syn
 from harness_jax.harness_r1.targets import FrozenTarget, TargetIdentity, as_target
 from harness_jax.rl.losses import group_advantages
 from harness_jax.types import TokenSegment
+from harness_jax.harness.overlay import reject_runtime_noop
 
 REWARD_PROTOCOL = "harness-r1-reward-v1"
 ADV_BASELINES = ("group", "group_with_noop")
@@ -278,8 +279,6 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
                          require_code_hook_only=require_code_hook_only,
                          response_protocol=response_protocol)
     if res.ok and dry_run_contexts is not None:
-        from harness_jax.harness.overlay import reject_runtime_noop
-
         msg = reject_runtime_noop(res.patch, dry_run_contexts, env_name=env_name)
         if msg:
             return PatchEvaluation(spec.of(valid=True, complete=True, noop=True, delta=0.0), True,

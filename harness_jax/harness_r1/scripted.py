@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 from harness_jax.sampling.types import FINISH_STOP, GenerateResult, RolloutEngine
 from harness_jax.envs import registry
 from harness_jax.envs.splits import current_test_access
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 INDEX_SPLITS = ("train", "search", "selection")
 MAX_INDEX = 20000
@@ -172,8 +173,6 @@ def dbbench_agent(tokenizer=None, *, seed: int = 0, categories: Optional[Sequenc
     """``TargetSpec(kind="factory")`` entry point: the scripted agent over the generated DBBench
     splits of ``seed`` (the env's / packet builder's task seed)."""
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer()
     return ScriptedDBBenchAgent(tokenizer, seed=seed, categories=categories, p_hasty=p_hasty,
                                 p_sloppy=p_sloppy)

@@ -42,6 +42,7 @@ from harness_jax.models import qwen3_5
 from harness_jax.sampling.engine import JaxEngine
 from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
 from harness_jax.sampling.sglang_client import SGLangClient
+from harness_jax.sampling.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -326,8 +327,6 @@ def _build_jax(spec: TargetSpec, tokenizer) -> FrozenTarget:
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"TargetSpec.options.dtype: {dtype!r}; use 'float32' or 'bfloat16'")
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(o.get("tokenizer_path") or spec.model)
     model = qwen3_5.load_hf(spec.model, dtype=dtype)
     stops = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
@@ -360,8 +359,6 @@ def _build_sglang(spec: TargetSpec, tokenizer) -> FrozenTarget:
 def _build_chat(spec: TargetSpec, tokenizer) -> FrozenTarget:
     o = spec.options
     if tokenizer is None:
-        from harness_jax.sampling.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(o.get("tokenizer_path"))
     cfg = ChatClientConfig(
         base_url=spec.urls[0], model=spec.model, api_key_env=o.get("api_key_env"),

@@ -1,13 +1,13 @@
 """Harness-R1 engineer training on the loop's machinery: cold-start SFT, then GRPO on Delta_B.
 
 The engineer is a policy like any other, so it trains with the project's one loop
-(``train.loop.Trainer``: learner, weight sync, async producer with bounded staleness,
-checkpoints and resume, SIGTERM, metrics writer, progress); only what the policy is trained ON
-differs, and that is what this module supplies:
+(``train.run.fit`` -> ``train.loop.Trainer``: learner, weight sync, async producer with bounded
+staleness, checkpoints and resume, SIGTERM, metrics writer, console); only what the policy is
+trained ON differs, and ``EngineerExtension`` (a ``train.extensions.Extension``) supplies it:
 
 * the **stream** is the train split of the packet dataset (``TaskStream`` over packets: shuffled
   per epoch, checkpointed), ``rl.tasks_per_step`` packets per step;
-* a packet's **group** (``EngineerCollector._group``): ``K = rl.group_size`` seeded samples from
+* a packet's **group** (``EngineerGroups``): ``K = rl.group_size`` seeded samples from
   the engineer's engine (``ModelEngineer.asample``: prompt ids, tokens, the engine's log-probs),
   each parsed, validated and evaluated independently by re-running the frozen target on the
   packet's whole batch with the baseline's seeds (``reward.aevaluate_group``: duplicates once,
@@ -25,7 +25,7 @@ differs, and that is what this module supplies:
   ``rl.tis_mode="cap"``: ``min(exp(l_tr - l_ro), rl.tis_cap)`` (``"literal"``: the paper's
   printed ``clip(l_tr - l_ro, 0, C)``). Only the engineer's parameters exist in the learner; the
   target is a ``FrozenTarget`` whose update methods raise;
-* the **SFT phase** (``_warm_start``) trains on the cold-start examples with the loss averaged
+* the **SFT phase** (``warm_start``) trains on the cold-start examples with the loss averaged
   over all response tokens of the data set (``rl.sft``: ``"dataset_token_mean"``);
 * **evaluation** (``evaluate``) measures the engineer on held-out packets: ``eval.k`` samples
   per packet at ``eval.temperature``, each evaluated like a training sample; mean Delta_B, the
@@ -40,19 +40,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
-from absl import logging
 
+from harness_jax.harness_r1 import dataset
 from harness_jax.harness_r1.engineers import ModelEngineer
 from harness_jax.harness_r1.packets import Packet, PacketDataset
 from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL, PromptSpec
 from harness_jax.harness_r1.reward import GroupEvaluation, RewardSpec, aevaluate_group, engineer_segments
-from harness_jax.train.collect import Collector, episode_seed
+from harness_jax.train import sft_warmstart
+from harness_jax.train.collect import episode_seed
+from harness_jax.train.data import TaskStream
+from harness_jax.train.extensions import Extension
 from harness_jax.train.groups import Episode, Group
-from harness_jax.train.loop import Trainer
 
 
 @dataclasses.dataclass
@@ -153,22 +154,20 @@ def _frac(num: float, den: float) -> float:
     return float(num) / float(den) if den else 0.0
 
 
-class EngineerCollector(Collector):
-    """The loop's collector with packets for tasks (module docstring); dynamic sampling and
-    over-sampling rounds are the base class's."""
+class EngineerGroups:
+    """The engineer's group source (module docstring): ``group_size`` seeded samples of a packet,
+    each evaluated against the packet's baseline; the evaluations' metrics are kept per step."""
 
-    def __init__(self, config, runner, stream, tokenizer, data: EngineerData):
-        super().__init__(config, runner, stream, harness_selector=None)
-        r = config.rollout
-        self.engineer = ModelEngineer(runner.engine, tokenizer, name="engineer",
-                                      temperature=float(r.temperature), top_p=float(r.top_p),
-                                      max_new_tokens=int(r.max_new_tokens), prompt=data.prompt)
+    def __init__(self, engineer: ModelEngineer, data: EngineerData, *, group_size: int, seed: int, eps: float):
+        self.engineer = engineer
         self.data = data
-        self.eps = float(config.rl.adv_eps)
+        self.group_size = int(group_size)
+        self.seed = int(seed)
+        self.eps = float(eps)
         self._records: dict[int, list] = {}
         self._lock = threading.Lock()
 
-    async def _group(self, packet, step: int, index: int) -> Optional[Group]:
+    async def __call__(self, packet, step: int, index: int) -> Optional[Group]:
         gid = f"s{step}-p{index}-{packet.packet_id}"
         prompt_ids, results, texts = await self.engineer.asample(
             packet, self.group_size, episode_seed(self.seed, step, index))
@@ -251,70 +250,78 @@ def _mean_task_deltas(ge: GroupEvaluation) -> dict:
     return {t: float(np.mean([d[t] for d in per])) for t in per[0]}
 
 
-class EngineerTrainer(Trainer):
-    """``train.loop.Trainer`` for the engineer (module docstring). ``data``: ``EngineerData``;
-    ``on_sft_step(step, metrics)`` is called after every SFT step (the launcher's console)."""
+class EngineerExtension(Extension):
+    """What the engineer trains on (module docstring): ``data`` (``EngineerData``), the
+    cold-start SFT's normalisation ``sft_agg`` (``r1.sft_agg``)."""
 
-    def __init__(self, config, workdir, *, data: EngineerData, devices=None,
-                 on_step: Optional[Callable[[int, dict], None]] = None,
-                 on_sft_step: Optional[Callable[[int, dict], None]] = None,
-                 on_eval: Optional[Callable[[str, dict], None]] = None):
+    name = "r1"
+
+    def __init__(self, data: EngineerData, *, sft_agg: str = "dataset_token_mean"):
         self.data = data
-        self.on_sft_step = on_sft_step
-        self.on_eval = on_eval
-        super().__init__(config, workdir, devices=devices, on_step=on_step)
+        self.sft_agg = sft_agg
+        self.groups: Optional[EngineerGroups] = None
 
-    # ---- the data the loop trains on: packets ----------------------------------------------
-    def _build_data(self, harness_selector, post_processors) -> None:
-        from harness_jax.train.data import TaskStream
+    def attach(self, run) -> None:
+        s = run.spec
+        r = s.rollout
+        engineer = ModelEngineer(run.engine, run.tokenizer, name="engineer", temperature=float(r.temperature),
+                                 top_p=float(r.top_p), max_new_tokens=int(r.max_new_tokens),
+                                 prompt=self.data.prompt)
+        self.groups = EngineerGroups(engineer, self.data, group_size=s.rl.group_size, seed=s.seed, eps=s.rl.adv_eps)
 
-        c = self.config
+    def task_stream(self, run) -> TaskStream:
         train = self.data.dataset.load(self.data.train_split)
         if not train:
             raise ValueError(f"no {self.data.train_split} packets in {self.data.dataset.root}: every "
                              "baseline batch succeeded; use a weaker target or bigger batches")
-        self.stream = TaskStream(train, seed=c.seed)
-        self.eval_tasks = self.data.dataset.load(self.data.eval_split)[:int(c.eval.num_tasks)]
-        self.collector = EngineerCollector(c, self.ctx.runner, self.stream, self.ctx.tokenizer, self.data)
+        return TaskStream(train, seed=run.spec.seed)
 
-    def _warm_start(self) -> dict:
-        from harness_jax.harness_r1 import dataset
-        from harness_jax.train import sft_warmstart
+    def eval_tasks(self, run) -> list:
+        return self.data.dataset.load(self.data.eval_split)[:int(run.spec.loop.eval.num_tasks)]
 
+    def group_source(self, run) -> EngineerGroups:
+        return self.groups
+
+    def warm_start(self, run, should_stop) -> dict:
         segments = dataset.sft_segments(self.data.sft_examples)
-        return sft_warmstart.train_segments(self.ctx, segments, should_stop=self._stop.is_set,
-                                            agg=self.config.r1.sft_agg, on_step=self.on_sft_step)
+        return sft_warmstart.train_segments(run, segments, should_stop=should_stop, agg=self.sft_agg)
 
-    def _train_on(self, batch, timer) -> dict:
-        out = super()._train_on(batch, timer)
-        out.update(step_metrics(self.collector.pop_records(batch.step)))
-        return out
-
-    # ---- evaluation: held-out packets -----------------------------------------------------
-    def evaluate(self, tag: str) -> dict:
-        from harness_jax.train.loop import _flat
-
-        c = self.config
-        t0 = time.perf_counter()
-        if not self.eval_tasks:
-            res = {"delta_b": float("nan"), "packets": 0}
-        else:
-            engineer = self.collector.engineer
-            res = _run(aevaluate_engineer(engineer, self.data, self.eval_tasks, k=int(c.eval.k),
-                                          temperature=float(c.eval.temperature), seed=int(c.seed)))
-            if float(c.eval.temperature) > 0:     # also the deployed patch: greedy, one per packet
-                g = _run(aevaluate_engineer(engineer, self.data, self.eval_tasks, k=1, temperature=0.0,
-                                            seed=int(c.seed)))
-                res["greedy"] = {k: v for k, v in g.items() if k != "details"}
-        res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
-        self.history["eval"].append(res)
-        self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
-                                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        logging.info("eval[%s] step %d: held-out mean Delta_B %.3f, valid %.2f", tag, self.step,
-                     res.get("delta_b", float("nan")), res.get("valid_frac", float("nan")))
-        if self.on_eval is not None:
-            self.on_eval(tag, res)
+    def evaluate(self, run, tasks, tag: str) -> dict:
+        """The engineer on the held-out packets: ``eval.k`` samples each at ``eval.temperature``,
+        and with a sampling temperature also the greedy patch (what would be deployed)."""
+        ev, seed = run.spec.loop.eval, int(run.spec.seed)
+        if not tasks:
+            return {"delta_b": float("nan"), "packets": 0}
+        engineer = self.groups.engineer
+        res = _run(aevaluate_engineer(engineer, self.data, tasks, k=int(ev.k), temperature=float(ev.temperature),
+                                      seed=seed))
+        if float(ev.temperature) > 0:     # also the deployed patch: greedy, one per packet
+            g = _run(aevaluate_engineer(engineer, self.data, tasks, k=1, temperature=0.0, seed=seed))
+            res["greedy"] = {k: v for k, v in g.items() if k != "details"}
         return res
+
+    def step_metrics(self, run, batch, metrics: dict) -> dict:
+        return step_metrics(self.groups.pop_records(batch.step))
+
+    def step_line(self, step: int, total: int, m: dict, last_eval) -> str:
+        return (f"step {step}/{total}  mean Δ_B {m.get('r1/delta_b_mean', 0.0):+.3f}  "
+                f"valid {m.get('r1/valid_frac', 0.0):.2f}  zero-var packets "
+                f"{int(m.get('r1/zero_variance_packets', 0))}/{int(m.get('r1/packets', 0))}  "
+                f"no-op {m.get('r1/noop_frac', 0.0):.2f}  infra {m.get('r1/infra_frac', 0.0):.2f}  "
+                f"reward {m.get('r1/reward_mean', 0.0):+.3f}  loss {m.get('learner/loss', 0.0):+.4f}  "
+                f"{m.get('time/step_s', 0.0):.1f}s")
+
+    def eval_line(self, tag: str, res: dict) -> str:
+        if not res.get("packets"):
+            return f"eval[{tag}]: no held-out packets"
+        g = res.get("greedy")
+        greedy = (f"  | greedy: Δ_B {g['delta_b']:+.3f} valid {g['valid_frac']:.2f}" if g else "")
+        cross = (f"  cross-batch Δ_B {res['cross_delta_b']:+.3f}" if res.get("cross_delta_b") is not None else "")
+        return (f"eval[{tag}] held-out (T={res['temperature']:g}, {res['k']}/packet): mean Δ_B "
+                f"{res['delta_b']:+.3f}  valid {res['valid_frac']:.2f}  no-op {res['noop_frac']:.2f}  "
+                f"best-of-{res['k']} Δ_B {res['best_of_k_delta_b']:+.3f}  improved {res.get('improved_frac', 0):.2f}  "
+                f"success {res['baseline_success']:.3f} -> {res['success_rate']:.3f}  infra {res.get('infra_samples', 0)}"
+                f"{cross}{greedy}  ({res['time_s']:.1f}s)")
 
 
 def _run(coro):

@@ -13,13 +13,14 @@ Public API::
                               config=harness_s.EvolutionConfig(env_name="dbbench"))
     pool = result.freeze(directory)                 # pool-<hash>.json (read-only) + .md report
 
-The training loop integration (rescue, routing, re-anchoring) is ``harness_s.training``, the
-pool-evolution entry point ``harness_s.evolve_run`` and Rank-1 evaluation ``harness_s.rank1``;
-they import the training loop, so this package's ``__init__`` does not import them.
+The training loop integration (rescue, routing, re-anchoring) is ``harness_s.training``,
+registered as a method by ``harness_s.method`` (the ``harness_s`` config section and its
+extension); the pool-evolution entry point is ``harness_s.evolve_run`` and Rank-1 evaluation
+``harness_s.rank1``. They import the training loop, so this package's ``__init__`` does not
+import them.
 
 See docs/harness_s.md for the design and the interfaces the training loop uses.
 """
-from harness_jax import config_validation
 from harness_jax.harness_s.config import (RouterConfig, VoterSpec, harness_s_section,
                                           router_config)
 from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joint_coverage
@@ -60,10 +61,3 @@ __all__ = [
     "validate_router_config",
 ]
 
-
-def _register_section_check() -> None:
-    config_validation.register_section_check(
-        "harness_s", lambda config, check_paths: find_harness_s_problems(config, check_paths=check_paths))
-
-
-_register_section_check()

@@ -457,3 +457,83 @@ def _llm_problems(s, bad, env) -> None:
         bad("harness_s.llm.temperature", llm.temperature, "must be >= 0", "e.g. 0.7")
     if not _is_num(llm.timeout_s) or llm.timeout_s <= 0:
         bad("harness_s.llm.timeout_s", llm.timeout_s, "must be > 0", "e.g. 120")
+
+
+# ------------------------------------------------------------------ the resolved section
+@dataclasses.dataclass(frozen=True)
+class RescueSpec:
+    enabled: bool
+    split: str
+    calibration: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationSpec:
+    split: str
+    num_tasks: int
+    k: int
+    temperature: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EvolveSpec:
+    editor: str
+    diagnoser: bool
+    num_train_tasks: int
+    train_attempts: int
+    seed_offset: int
+    max_generations: int
+    max_child_evaluations: int
+    parents_per_generation: int
+    max_directions: int
+    children_per_direction: int
+    min_failures: int
+    min_val_solved: int
+    out_dir: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LLMSpec:
+    base_url: str
+    model: str
+    api_key_env: str
+    temperature: float
+    seed: int
+    cache_dir: str
+    timeout_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessSSpec:
+    """The ``harness_s`` section, resolved (every field is ``harness_s_section``'s)."""
+
+    pool: str
+    rescue: RescueSpec
+    router: RouterConfig
+    selector_name: str
+    selector_weights: tuple                # ((sibling name or id, weight), ...)
+    validation: ValidationSpec
+    reanchor_every_steps: int
+    reanchor_llm_profiles: bool
+    evolve: EvolveSpec
+    llm: LLMSpec
+
+    @property
+    def uses_pool(self) -> bool:
+        """Whether training needs the pool (rescue, the mixture selector or re-anchoring)."""
+        return bool(self.pool) and bool(self.rescue.enabled or self.selector_name == "mixture"
+                                        or self.reanchor_every_steps)
+
+
+def harness_s_spec(s) -> HarnessSSpec:
+    """The typed form of a (checked) ``harness_s`` config section."""
+    def fields(cls, node):
+        return cls(**{f.name: node[f.name] for f in dataclasses.fields(cls)})
+
+    weights = s.selector.weights or {}
+    return HarnessSSpec(
+        pool=str(s.pool), rescue=fields(RescueSpec, s.rescue), router=RouterConfig.from_config(s.router),
+        selector_name=str(s.selector.name), selector_weights=tuple((str(k), float(weights[k])) for k in weights),
+        validation=fields(ValidationSpec, s.validation), reanchor_every_steps=int(s.reanchor.every_steps),
+        reanchor_llm_profiles=bool(s.reanchor.llm_profiles), evolve=fields(EvolveSpec, s.evolve),
+        llm=fields(LLMSpec, s.llm))

@@ -1,7 +1,7 @@
 """Evolving a frozen sibling pool with the current policy: what ``launch/evolve.py`` runs.
 
     from harness_jax.harness_s import evolve_run
-    summary = evolve_run.evolve_main(config, workdir, checkpoint=RUN_DIR)
+    summary = evolve_run.evolve_main(config, workdir, checkpoint=RUN_DIR)   # resolves the config
 
 1. The policy of ``checkpoint`` (an HF directory, a training workdir or checkpoints dir; '' =
    the config's model) goes on the configured engine (``train.evaluation.policy_runner``: the
@@ -33,18 +33,17 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
-from absl import logging
 
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.trajectory import Trajectory
+from harness_jax.config_problems import ConfigValidationError, Problem
+from harness_jax.envs import registry
+from harness_jax.harness_s.coverage import joint_coverage
 from harness_jax.harness_s.editors import make_editor
 from harness_jax.harness_s.evolve import EvolutionConfig, evolve
 from harness_jax.harness_s.rootcause import LLMDiagnoser
-from harness_jax import config_validation
-from harness_jax.envs import registry
-from harness_jax.harness_s.coverage import joint_coverage
 from harness_jax.harness_s.training import llm_client
-from harness_jax.train import builders, console, evaluation, rollout as rollout_lib, telemetry
+from harness_jax.train import builders, console as console_lib, evaluation, rollout as rollout_lib, spec
 
 
 class RolloutCache:
@@ -78,7 +77,8 @@ class RolloutCache:
 
 
 def policy_rollout(runner, *, val_ids: set, k: int, train_attempts: int, temperature: float,
-                   policy: str, cache: Optional[RolloutCache] = None, progress: str = "off"):
+                   policy: str, cache: Optional[RolloutCache] = None,
+                   console: console_lib.Console = console_lib.QUIET):
     """Evolution's ``rollout(sibling, tasks)`` over an ``EpisodeRunner``: ``k`` attempts per
     validation task, ``train_attempts`` per training task, through ``cache`` when given."""
     def rollout(sib: Sibling, tasks) -> list[Trajectory]:
@@ -89,8 +89,7 @@ def policy_rollout(runner, *, val_ids: set, k: int, train_attempts: int, tempera
         if got is not None:
             return got
         tag = f"evolve-{'val' if n == k and set(ids) <= val_ids else 'train'}-{sib.sibling_id[:10]}"
-        per = evaluation.run_attempts(runner, tasks, sib, k=n, temperature=temperature, tag=tag,
-                                      progress=progress)
+        per = evaluation.run_attempts(runner, tasks, sib, k=n, temperature=temperature, tag=tag, console=console)
         trajs = [e.trajectory for eps in per for e in eps]
         if cache is not None:
             cache.put(key, trajs)
@@ -98,56 +97,58 @@ def policy_rollout(runner, *, val_ids: set, k: int, train_attempts: int, tempera
     return rollout
 
 
-def evolution_config(config, policy_version: str) -> EvolutionConfig:
-    e = config.harness_s.evolve
+def evolution_config(run, policy_version: str) -> EvolutionConfig:
+    """Evolution's settings from the run (``train.spec.RunSpec``) and its ``harness_s`` section."""
+    e = run.method("harness_s").evolve
     return EvolutionConfig(
-        env_name=config.env.name, protocol=config.env.protocol, max_generations=int(e.max_generations),
+        env_name=run.env.name, protocol=run.env.protocol, max_generations=int(e.max_generations),
         max_child_evaluations=int(e.max_child_evaluations), parents_per_generation=int(e.parents_per_generation),
         max_directions=int(e.max_directions), children_per_direction=int(e.children_per_direction),
         min_failures=int(e.min_failures), min_val_solved=int(e.min_val_solved), policy_version=policy_version)
 
 
-def validate_for_evolution(config) -> None:
-    """The central validation, except that the pool this command is about to write need not
-    exist yet."""
+def resolve_for_evolution(config):
+    """The run's specs, with every problem except that the pool this command is about to write
+    need not exist yet."""
     if "harness_s" not in config:
-        raise config_validation.ConfigValidationError([config_validation.Problem(
-            "harness_s", None, "launch/evolve.py needs a Harness-S config",
-            "use a config from experiments/configs/harness_s/")])
-    problems = [p for p in config_validation.find_problems(config)
-                if not (p.path == "harness_s.pool" and not config.harness_s.pool)]
+        raise ConfigValidationError([Problem("harness_s", None, "launch/evolve.py needs a Harness-S config",
+                                             "use a config from experiments/configs/harness_s/")])
+    run, problems = spec.resolve_with_problems(config)
+    problems = [p for p in problems if not (p.path == "harness_s.pool" and not config.harness_s.pool)]
     if problems:
-        raise config_validation.ConfigValidationError(problems)
+        raise ConfigValidationError(problems)
+    return run
 
 
 def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> dict:
     """Evolves and freezes a pool (module docstring); returns the summary it writes."""
-    validate_for_evolution(config)
-    console.setup_logging(config.log.library_level)
-    hs = config.harness_s
+    run = resolve_for_evolution(config)
+    console_lib.setup_logging(run.loop.log.library_level)
+    console = console_lib.Console(run.loop.log.progress_bar)
+    hs = run.method("harness_s")
     t0 = time.perf_counter()
-    with registry.training_scope(f"{config.name}:evolve"):
-        pr = evaluation.policy_runner(config, workdir, checkpoint=checkpoint)
+    with registry.training_scope(f"{run.name}:evolve"):
+        pr = evaluation.policy_runner(run, workdir, checkpoint=checkpoint)
         root = str(pr.paths.root)
         state_dir = os.path.join(root, "evolve")
         try:
             v, e = hs.validation, hs.evolve
-            train_tasks = builders.load_tasks(config, config.env.train_split, n=int(e.num_train_tasks),
+            train_tasks = builders.load_tasks(run.env, run.env.train_split, n=int(e.num_train_tasks),
                                               seed_offset=int(e.seed_offset))
-            val_tasks = builders.load_tasks(config, v.split, n=int(v.num_tasks))
-            temperature = float(v.temperature) or float(config.rollout.temperature)
+            val_tasks = builders.load_tasks(run.env, v.split, n=int(v.num_tasks))
+            temperature = float(v.temperature) or float(run.rollout.temperature)
             cache = RolloutCache(os.path.join(state_dir, "rollouts"))
-            run = policy_rollout(pr.runner, val_ids={t.task_id for t in val_tasks}, k=int(v.k),
-                                 train_attempts=int(e.train_attempts), temperature=temperature,
-                                 policy=pr.policy, cache=cache, progress=config.log.progress_bar)
+            rollout = policy_rollout(pr.runner, val_ids={t.task_id for t in val_tasks}, k=int(v.k),
+                                     train_attempts=int(e.train_attempts), temperature=temperature,
+                                     policy=pr.policy, cache=cache, console=console)
             client = None
             if e.editor != "deterministic" or e.diagnoser:
-                client = llm_client(config, os.path.join(state_dir, "llm_cache"))
+                client = llm_client(hs.llm, os.path.join(state_dir, "llm_cache"))
             llm_kw = {"temperature": float(hs.llm.temperature), "seed": int(hs.llm.seed)}  # the LLM editor's
             editor = make_editor(e.editor, client=client, **(llm_kw if client else {}))
             diagnoser = LLMDiagnoser(client, seed=int(hs.llm.seed)) if e.diagnoser else None
-            cfg = evolution_config(config, pr.policy)
-            bar = telemetry.Progress(cfg.max_generations, 0, config.log.progress_bar, desc="evolve generations")
+            cfg = evolution_config(run, pr.policy)
+            bar = console.bar(cfg.max_generations, "evolve generations")
             gen_log = os.path.join(state_dir, "generations.jsonl")
             open(gen_log, "w").close()       # rewritten on a rerun (finished rollouts replay from the cache)
 
@@ -156,9 +157,9 @@ def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> 
                     f.write(json.dumps(glog, default=str) + "\n")
                 bar.update(1, accepted=glog["accepted"], coverage=glog["joint_coverage"])
 
-            h0 = Sibling(rollout_lib.base_harness(config), name="H0")
+            h0 = Sibling(rollout_lib.base_harness(run), name="H0")
             try:
-                result = evolve(h0, train_tasks=train_tasks, val_tasks=val_tasks, rollout=run, editor=editor,
+                result = evolve(h0, train_tasks=train_tasks, val_tasks=val_tasks, rollout=rollout, editor=editor,
                                 config=cfg, diagnoser=diagnoser, on_generation=on_generation)
             finally:
                 bar.close()
@@ -177,7 +178,7 @@ def evolve_main(config, workdir, *, checkpoint: str = "", out_dir: str = "") -> 
                "wall_s": time.perf_counter() - t0}
     with open(os.path.join(state_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    logging.info("harness_s: pool %s: %d siblings, H0 solves %d/%d validation tasks, the pool jointly %d "
-                 "(best single %d); %s", pool.path, len(pool), summary["h0_solved"], len(val_tasks),
-                 summary["joint_coverage"], summary["best_single_solved"], result.stop_reason)
+    console.line(f"harness_s: pool {pool.path}: {len(pool)} siblings, H0 solves {summary['h0_solved']}/"
+                 f"{len(val_tasks)} validation tasks, the pool jointly {summary['joint_coverage']} (best single "
+                 f"{summary['best_single_solved']}); {result.stop_reason}")
     return summary

@@ -29,6 +29,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness_s.coverage import coverage_select, exclusive_tasks, joint_coverage
+from harness_jax.harness.siblings import load_pool as load_sibling_list
 
 POOL_FORMAT = "harness-s-pool-v1"
 Results = Mapping[str, Sequence[Optional[bool]]]
@@ -251,8 +252,6 @@ def load_pool(path: str, env_name: Optional[str] = None) -> SiblingPool:
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if isinstance(data, list):
-        from harness_jax.harness.siblings import load_pool as load_sibling_list
-
         sibs = load_sibling_list(path, env_name=env_name)
         base = next((i for i, s in enumerate(sibs) if s.name == "base"), 0)
         sibs = [sibs[base]] + sibs[:base] + sibs[base + 1:]

@@ -21,29 +21,26 @@ before any rollout, against deploying H0 alone.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Optional, Sequence
-import json
 
 from absl import logging
 
-from harness_jax.harness_s.pool import SiblingPool
-from harness_jax.harness_s.routers import Router
-from harness_jax import config_validation
-from harness_jax.harness_s.config import RouterConfig
-from harness_jax.harness_s.pool import load_pool
-from harness_jax.harness_s.routers import make_router
+from harness_jax.config_problems import ConfigValidationError, Problem
+from harness_jax.harness_s.pool import SiblingPool, load_pool
+from harness_jax.harness_s.routers import Router, make_router
 from harness_jax.harness_s.training import pool_version
 from harness_jax.paths import resolve
 from harness_jax.rl.checkpoint import restore_meta
-from harness_jax.train import evaluation, rollout, workdir as workdir_lib
+from harness_jax.train import console as console_lib, evaluation, rollout, workdir as workdir_lib
 
 FORMAT = "harness-s-rank1-v1"
 GAP_KEYS_PREFIX = ("pass@", "avg@")
 
 
 def rank1_evaluate(runner, tasks: Sequence, pool: SiblingPool, router: Router, h0, *, k: int,
-                   temperature: float, progress: str = "off") -> dict:
+                   temperature: float, console: console_lib.Console = console_lib.QUIET) -> dict:
     """Evaluates H0 and Rank-1 routing on ``tasks`` (``h0``: the deployment harness, a spec or
     Sibling); returns the ``harness-s-rank1-v1`` body (without run provenance)."""
     if k > 1 and temperature == 0:
@@ -52,10 +49,10 @@ def rank1_evaluate(runner, tasks: Sequence, pool: SiblingPool, router: Router, h
     base = pool.ids[0]
     choices = {t.task_id: router.rank(t, [], k=1)[0] for t in tasks}     # before any rollout
     h0_per = evaluation.run_attempts(runner, tasks, h0, k=k, temperature=temperature, tag="rank1-h0",
-                                     progress=progress)
+                                     console=console)
     routed = [t for t in tasks if choices[t.task_id] != base]
     routed_per = evaluation.run_attempts(runner, routed, lambda t: pool.entry(choices[t.task_id]).sibling,
-                                         k=k, temperature=temperature, tag="rank1-routed", progress=progress)
+                                         k=k, temperature=temperature, tag="rank1-routed", console=console)
     by_task = dict(zip([t.task_id for t in routed], routed_per))
     r1_per = [by_task.get(t.task_id, eps) for t, eps in zip(tasks, h0_per)]
     h0_res = evaluation.summarize_attempts(tasks, h0_per, k)
@@ -84,11 +81,11 @@ def rank1_evaluate(runner, tasks: Sequence, pool: SiblingPool, router: Router, h
             "router_policy_version": router.policy_version, "time_s": time.perf_counter() - t0}
 
 
-def rank1_router(config, pool: SiblingPool, checkpoint: str = "") -> Router:
-    """The Rank-1 router: ``harness_s.router`` with ``include_base=True`` and ``top_k=1``,
-    with the statistics of the training run's last checkpoint when ``checkpoint`` is one."""
-    rc = dataclasses.replace(RouterConfig.from_config(config.harness_s.router), include_base=True, top_k=1,
-                             log_path="")
+def rank1_router(hs, pool: SiblingPool, checkpoint: str = "") -> Router:
+    """The Rank-1 router: ``harness_s.router`` (``hs``: the resolved ``harness_s`` section) with
+    ``include_base=True`` and ``top_k=1``, with the statistics of the training run's last
+    checkpoint when ``checkpoint`` is one."""
+    rc = dataclasses.replace(hs.router, include_base=True, top_k=1, log_path="")
     router = make_router(rc, pool)
     state = run_router_state(checkpoint) if checkpoint else None
     if state is not None:
@@ -110,32 +107,34 @@ def run_router_state(path: str) -> Optional[dict]:
     return json.loads(ext["harness_s"])["router"]
 
 
-def rank1_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", k: int = 0, split: str = "selection",
-               pool_path: str = "", out: str = "") -> dict:
+def rank1_main(run, workdir, *, tasks: Sequence, checkpoint: str = "", k: int = 0, split: str = "selection",
+               pool: str = "", out: str = "") -> dict:
     """``launch/evaluate.py --routing=rank1``: loads the policy and the pool, evaluates, writes the
-    results JSON (``<workdir>/eval_<split>_rank1.json`` unless ``out``) and returns it."""
-    if "harness_s" not in config:
-        raise config_validation.ConfigValidationError([config_validation.Problem(
+    results JSON (``<workdir>/eval_<split>_rank1.json`` unless ``out``) and returns it. ``pool``:
+    the pool file ('' = ``harness_s.pool``). ``run``:
+    the resolved ``train.spec.RunSpec`` (the entry point resolves the config)."""
+    hs = run.method("harness_s")
+    if hs is None:
+        raise ConfigValidationError([Problem(
             "harness_s", None, "--routing=rank1 needs a Harness-S config (its pool and router)",
             "use a config from experiments/configs/harness_s/")])
-    config_validation.validate(config, allow_test_split=True)
-    path = pool_path or config.harness_s.pool
+    path = pool or hs.pool
     if not path:
-        raise config_validation.ConfigValidationError([config_validation.Problem(
+        raise ConfigValidationError([Problem(
             "harness_s.pool", path, "Rank-1 routing needs a sibling pool",
             "pass --pool=<pool-<hash>.json> or --config.harness_s.pool=...")])
-    pool = load_pool(path)
-    k = int(k or config.eval.k)
-    temperature = evaluation.eval_temperature(config, k)
-    router = rank1_router(config, pool, checkpoint)
-    pr = evaluation.policy_runner(config, workdir, checkpoint=checkpoint, pool_version=pool_version(pool))
+    siblings = load_pool(path)
+    k = int(k or run.loop.eval.k)
+    temperature = evaluation.eval_temperature(run.loop.eval, k)
+    router = rank1_router(hs, siblings, checkpoint)
+    pr = evaluation.policy_runner(run, workdir, checkpoint=checkpoint, pool_version=pool_version(siblings))
     try:
-        res = rank1_evaluate(pr.runner, tasks, pool, router, rollout.base_harness(config), k=k,
-                             temperature=temperature, progress=config.log.progress_bar)
+        res = rank1_evaluate(pr.runner, tasks, siblings, router, rollout.base_harness(run), k=k,
+                             temperature=temperature, console=console_lib.Console(run.loop.log.progress_bar))
     finally:
         pr.close()
-    res.update(split=split, policy=pr.policy, env=config.env.name, config_name=config.name,
-               pool={"path": pool.path, "content_hash": pool.content_hash, "siblings": len(pool)})
+    res.update(split=split, policy=pr.policy, env=run.env.name, config_name=run.name,
+               pool={"path": siblings.path, "content_hash": siblings.content_hash, "siblings": len(siblings)})
     dest = resolve(out) if out else pr.paths.root / f"eval_{split}_rank1.json"
     workdir_lib.write_json(dest, res)
     km = f"avg@{k}"

@@ -54,6 +54,7 @@ from harness_jax.harness_s.profiles import (BehaviourProfile, LLMProfiler, pair_
 from harness_jax.harness_s.rootcause import extract_root_cause
 from harness_jax.harness_s.config import harness_s_problems
 from harness_jax.harness_s.llm import make_client, structured_call
+from harness_jax.harness_s.pool import load_pool
 
 log = logging.getLogger(__name__)
 STATE_VERSION = 1
@@ -569,8 +570,6 @@ def make_router(config_router: Any, pool: Any, *, environ: Optional[Mapping[str,
     file path). Bad configs raise ``ConfigValidationError`` naming the path and the fix.
     ``clients``: OpenAI-compatible clients replacing the voters' own (tests, shared clients)."""
     if isinstance(pool, (str, os.PathLike)):
-        from harness_jax.harness_s.pool import load_pool
-
         pool = load_pool(str(pool))
     if not isinstance(pool, SiblingPool):
         raise TypeError(f"make_router: pool must be a SiblingPool or a pool file path, got "

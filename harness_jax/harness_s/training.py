@@ -1,11 +1,8 @@
 """Harness-S inside the GRPO loop: rescue, routing, re-anchoring, router state in checkpoints.
 
-    from harness_jax.harness_s import training
-    summary = training.train(config, workdir)      # what launch/train.py runs
-
-``train`` is ``train.loop.train`` plus ``HarnessSExtension`` when the config has a ``harness_s``
-section that uses a pool (plain GRPO otherwise). The extension (a ``train.extensions.
-LoopExtension``):
+A run whose config has a ``harness_s`` section that uses a pool gets ``HarnessSExtension`` from
+the method registry (``harness_s/method.py``; ``train.run.train`` asks it, so
+``launch/train.py`` knows nothing of Harness-S). The extension (a ``train.extensions.Extension``):
 
 * loads the frozen pool (``harness_s.pool``) and tags every episode with its version (the
   pool's content hash, first 16 characters);
@@ -40,16 +37,21 @@ import re
 import threading
 import time
 import zlib
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from absl import logging
 
+from harness_jax.harness_s.config import HarnessSSpec, LLMSpec
+from harness_jax.harness_s.llm import make_client
 from harness_jax.harness_s.pool import SiblingPool, load_pool
+from harness_jax.harness_s.profiles import LLMProfiler
 from harness_jax.harness_s.rescue import (RescueRecord, rescue_step_metrics, rescue_trigger,
                                           split_attempts)
 from harness_jax.harness_s.routers import Router, make_router, reanchor_from_trajectories
-from harness_jax.train.extensions import LoopExtension
+from harness_jax.train import builders
+from harness_jax.train.console import QUIET
+from harness_jax.train.extensions import Extension
 from harness_jax.train.groups import Group
 
 
@@ -170,14 +172,14 @@ class MixtureSelector:
         return self.pool[int(rng.choice(len(self.pool), p=self.p))]
 
 
-class HarnessSExtension(LoopExtension):
-    """Harness-S's plug-in of the training loop (module docstring)."""
+class HarnessSExtension(Extension):
+    """Harness-S's plug-in of the training loop (module docstring); ``hs``: the resolved
+    ``harness_s`` section (``config.HarnessSSpec``)."""
 
     name = "harness_s"
 
-    def __init__(self, config):
-        self.config = config
-        self.hs = config.harness_s
+    def __init__(self, hs: HarnessSSpec):
+        self.hs = hs
         self.pool: Optional[SiblingPool] = None
         self.access: Optional[RouterAccess] = None
         self.rescue: Optional[RescueProcessor] = None
@@ -186,35 +188,37 @@ class HarnessSExtension(LoopExtension):
         self.labels: dict[str, str] = {}
         self.log_path = ""
         self.profiler = None
+        self.num_steps = 0
+        self.async_mode = False
+        self.temperature = 1.0
 
     # -- set-up -------------------------------------------------------------------------------------
-    def attach(self, ctx) -> None:
-        from harness_jax.train import builders
-
-        hs, c = self.hs, self.config
+    def attach(self, run) -> None:
+        hs, spec = self.hs, run.spec
+        self.num_steps, self.async_mode = spec.num_steps, spec.rl.async_mode
+        self.temperature = spec.rollout.temperature
         self.pool = load_pool(hs.pool)
         self.labels = sibling_labels(self.pool)
-        ctx.runner.pool_version = pool_version(self.pool)
+        run.runner.pool_version = pool_version(self.pool)
         h0 = self.pool.entries[0].sibling
-        if h0.patch is not None or h0.spec.content() != ctx.harness.content():
+        if h0.patch is not None or h0.spec.content() != run.harness.content():
             logging.warning("harness_s: the pool's H0 (%s) differs from this run's base harness (%s): the "
                             "pool was evolved under other settings; rescue still triggers on this run's H0",
-                            h0.spec.harness_id, ctx.harness.harness_id)
-        self.log_path = ctx.paths.local(os.path.join("harness_s", "routing.jsonl"), hs.router.log.path)
-        from harness_jax.harness_s.config import RouterConfig
-        rc = RouterConfig.from_config(hs.router)
-        rc = dataclasses.replace(rc, log_path=self.log_path, cache_dir=rc.cache_dir or ctx.paths.local(
-            os.path.join("harness_s", "llm_cache")), include_base=False)
+                            h0.spec.harness_id, run.harness.harness_id)
+        llm_cache = run.paths.local(os.path.join("harness_s", "llm_cache"))
+        self.log_path = run.paths.local(os.path.join("harness_s", "routing.jsonl"), hs.router.log_path)
+        rc = dataclasses.replace(hs.router, log_path=self.log_path, cache_dir=hs.router.cache_dir or llm_cache,
+                                 include_base=False)
         self.access = RouterAccess(make_router(rc, self.pool))
         if hs.rescue.enabled:
-            self.rescue = RescueProcessor(self.pool, self.access, group_size=c.rl.group_size,
+            self.rescue = RescueProcessor(self.pool, self.access, group_size=spec.rl.group_size,
                                           split=hs.rescue.split, calibration=hs.rescue.calibration,
-                                          base_ids=[ctx.harness.harness_id])
-        if hs.selector.name == "mixture":
-            self.selector = MixtureSelector(self.pool, dict(hs.selector.weights), seed=c.seed)
-        if hs.reanchor.every_steps:
+                                          base_ids=[run.harness.harness_id])
+        if hs.selector_name == "mixture":
+            self.selector = MixtureSelector(self.pool, dict(hs.selector_weights), seed=spec.seed)
+        if hs.reanchor_every_steps:
             v = hs.validation
-            tasks = builders.load_tasks(c, v.split, n=v.num_tasks)
+            tasks = builders.load_tasks(spec.env, v.split, n=v.num_tasks)
             known = set(self.pool.val_task_ids)
             same = [t for t in tasks if t.task_id in known]
             if known and not same:
@@ -223,30 +227,26 @@ class HarnessSExtension(LoopExtension):
                                 "settings; re-anchoring replaces its statistics with these tasks'",
                                 len(tasks), v.split, len(known))
             self.val_tasks = same or tasks     # the pool's own validation tasks when this config has them
-            if hs.reanchor.llm_profiles:
-                from harness_jax.harness_s.profiles import LLMProfiler
-                self.profiler = LLMProfiler(llm_client(c, ctx.paths.local(os.path.join("harness_s", "llm_cache"))),
-                                            seed=int(hs.llm.seed))
-        logging.info("harness_s: pool %s (%d siblings, version %s), router %s, rescue %s, selector %s, "
-                     "re-anchoring every %s steps", self.pool.path, len(self.pool), pool_version(self.pool),
-                     rc.name, "on" if self.rescue else "off", hs.selector.name, hs.reanchor.every_steps or "-")
+            if hs.reanchor_llm_profiles:
+                self.profiler = LLMProfiler(llm_client(hs.llm, llm_cache), seed=int(hs.llm.seed))
+        run.console.line(f"harness_s: pool {self.pool.path} ({len(self.pool)} siblings, version "
+                         f"{pool_version(self.pool)}), router {rc.name}, rescue {'on' if self.rescue else 'off'}, "
+                         f"selector {hs.selector_name}, re-anchoring every {hs.reanchor_every_steps or '-'} steps")
 
-    def post_processors(self):
+    def post_processors(self, run):
         return [self.rescue] if self.rescue is not None else []
 
-    def harness_selector(self):
+    def harness_selector(self, run):
         return self.selector
 
     # -- re-anchoring -------------------------------------------------------------------------------
-    def reanchor(self, runner, policy_version: str, *, progress: str = "off") -> dict:
+    def reanchor(self, runner, policy_version: str, *, console=None) -> dict:
         """Validation of H0 and every sibling with the engine's current policy (all in flight
         together), then ``reanchor_from_trajectories``. Returns the router's report."""
-        from harness_jax.train import telemetry
-
         v = self.hs.validation
-        temperature = float(v.temperature) or float(self.config.rollout.temperature)
+        temperature = float(v.temperature) or float(self.temperature)
         jobs = [(j, sib, i, t) for j, sib in enumerate(self.pool) for i, t in enumerate(self.val_tasks)]
-        bar = telemetry.Progress(len(jobs), 0, progress, desc="reanchor")
+        bar = (console or QUIET).bar(len(jobs), "reanchor")
 
         async def one(j, sib, i, t):
             eps = await runner.run(t, sib, int(v.k), f"reanchor{policy_version}-s{j}-t{i}",
@@ -268,31 +268,28 @@ class HarnessSExtension(LoopExtension):
             return reanchor_from_trajectories(self.access.router, trajs, policy_version=str(policy_version),
                                               profiler=self.profiler)
 
-    def after_update(self, trainer, timer) -> dict:
-        every = int(self.hs.reanchor.every_steps)
-        step = trainer.step
-        if not every or step % every or step >= self.config.num_steps:
+    def after_update(self, run, step: int, timer) -> dict:
+        every = int(self.hs.reanchor_every_steps)
+        if not every or step % every or step >= self.num_steps:
             return {}
-        ctx = trainer.ctx
-        if int(ctx.engine.weight_version) != int(ctx.learner.policy_version):
-            ctx.sync_weights()        # validate the current policy, not the last synced one
+        if int(run.engine.weight_version) != int(run.learner.policy_version):
+            run.sync_weights()        # validate the current policy, not the last synced one
         with timer.phase("reanchor"):
-            rep = self.reanchor(ctx.runner, str(ctx.learner.policy_version),
-                                progress=self.config.log.progress_bar)
+            rep = self.reanchor(run.runner, str(run.learner.policy_version), console=run.console)
         router = self.access.router
         rates = list(rep["rescue_rate_after"].values())
         h0 = router.results.get(router.base_id, {})
         vals = [a for att in h0.values() for a in att if a is not None]
-        logging.info("harness_s: re-anchored at step %d: H0 validation success %.3f, %d H0-failed tasks, "
-                     "mean helper rescue rate %.3f", step, float(np.mean(vals)) if vals else 0.0,
-                     rep["h0_failed_tasks"], float(np.mean(rates)) if rates else 0.0)
+        run.console.line(f"harness_s: re-anchored at step {step}: H0 validation success "
+                         f"{float(np.mean(vals)) if vals else 0.0:.3f}, {rep['h0_failed_tasks']} H0-failed tasks, "
+                         f"mean helper rescue rate {float(np.mean(rates)) if rates else 0.0:.3f}")
         return {"reanchor/h0_val_success": float(np.mean(vals)) if vals else 0.0,
                 "reanchor/h0_failed_tasks": float(rep["h0_failed_tasks"]),
                 "reanchor/mean_rescue_rate": float(np.mean(rates)) if rates else 0.0,
                 "reanchor/profiles": float(rep["profiles"])}
 
     # -- metrics ------------------------------------------------------------------------------------
-    def step_metrics(self, batch, metrics: dict) -> dict:
+    def step_metrics(self, run, batch, metrics: dict) -> dict:
         out: dict[str, float] = {}
         for g in batch.groups:
             for e in g.episodes:
@@ -304,7 +301,7 @@ class HarnessSExtension(LoopExtension):
                                                         for e in g.episodes))
         if self.rescue is not None:
             wall = float(metrics.get("time/step_s", 0.0))
-            if self.config.rl.async_mode:   # the batch was collected while an earlier step trained
+            if self.async_mode:   # the batch was collected while an earlier step trained
                 wall = float(batch.rollout_s)
             m = rescue_step_metrics(self.rescue.pop_records(batch.step), wall)
             for k in ("groups", "rescue_triggered", "rescue_trigger_rate", "rescue_success_rate",
@@ -358,31 +355,8 @@ class HarnessSExtension(LoopExtension):
                 "reanchors": router.reanchors, "usage": router.usage()}
 
 
-def llm_client(config, default_cache_dir: str = ""):
+def llm_client(llm: LLMSpec, default_cache_dir: str = ""):
     """The ``harness_s.llm`` endpoint as an ``OpenAIChatClient`` (editor, diagnoser, profiler);
-    its response cache is ``harness_s.llm.cache_dir``, else ``default_cache_dir``."""
-    from harness_jax.harness_s.llm import make_client
-
-    llm = config.harness_s.llm
+    its response cache is ``llm.cache_dir``, else ``default_cache_dir``."""
     return make_client(llm.base_url, llm.model, api_key_env=llm.api_key_env or None,
                        cache_dir=llm.cache_dir or default_cache_dir or None, timeout_s=float(llm.timeout_s))
-
-
-def uses_pool(config) -> bool:
-    """Whether the config's ``harness_s`` section needs the pool during training."""
-    if "harness_s" not in config:
-        return False
-    hs = config.harness_s
-    return bool(hs.pool) and bool(hs.rescue.enabled or hs.selector.name == "mixture" or hs.reanchor.every_steps)
-
-
-def extensions(config) -> list:
-    """The loop extensions of a config: ``[HarnessSExtension]`` when it uses a pool, else []."""
-    return [HarnessSExtension(config)] if uses_pool(config) else []
-
-
-def train(config, workdir, **kw) -> dict:
-    """``train.loop.train`` with Harness-S's extension when the config uses a pool."""
-    from harness_jax.train import loop
-
-    return loop.train(config, workdir, extensions=extensions(config) + list(kw.pop("extensions", ())), **kw)

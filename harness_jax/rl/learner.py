@@ -47,10 +47,13 @@ from harness_jax.rl.logprobs import token_logprobs
 # ----------------------------------------------------------------------------------------------
 # configuration
 # ----------------------------------------------------------------------------------------------
+SCHEDULES = ("constant", "cosine", "linear")   # learning-rate schedules after the linear warm-up (``make_schedule``)
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
     learning_rate: float = 1e-6
-    schedule: str = "constant"        # "constant" | "cosine" | "linear" (all with linear warm-up)
+    schedule: str = "constant"        # one of SCHEDULES (all with linear warm-up)
     warmup_steps: int = 0
     total_steps: int = 1000           # cosine/linear decay horizon (optimizer steps)
     end_lr_ratio: float = 0.0         # final lr / peak lr for cosine/linear
@@ -62,8 +65,8 @@ class OptimizerConfig:
     clip_norm: Optional[float] = 1.0  # global-norm gradient clipping; None = off
 
     def __post_init__(self):
-        if self.schedule not in ("constant", "cosine", "linear"):
-            raise ValueError(f"OptimizerConfig.schedule: {self.schedule!r}; use 'constant', 'cosine' or 'linear'")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"OptimizerConfig.schedule: {self.schedule!r}; use one of {SCHEDULES}")
         if self.learning_rate < 0:
             raise ValueError(f"OptimizerConfig.learning_rate: {self.learning_rate} must be >= 0")
         if self.warmup_steps < 0 or self.total_steps < 1:

@@ -108,3 +108,15 @@ def read_jsonl(path) -> list[dict]:
             except json.JSONDecodeError:
                 continue
     return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested dict as one level with ``/``-joined keys (``{"a": {"b": 1}}`` -> ``{"a/b": 1}``)."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out

@@ -1,20 +1,24 @@
-"""Rollout collection of one GRPO step: tasks from the stream -> G episodes per task under the
-selected harness -> group post-processors -> dynamic sampling (with over-sampling rounds).
+"""Rollout collection of one GRPO step: items from the stream -> one group per item (a group
+source) -> group post-processors -> dynamic sampling (with over-sampling rounds).
 
-Hooks (Harness-S plugs in here without touching the loop): ``harness_selector(task, step)``
-chooses the harness a group is rolled out under (H0 by default); ``post_processors`` transform a
-finished group before its advantages (rescue, logging of routing decisions, ...).
+The default group source (``RolloutGroups``) runs G episodes of a task under the harness the
+selector picks (H0 by default); a method may bring its own (Harness-R1: K engineer samples of a
+failure packet, each scored by re-running the target), through ``train.extensions``.
+Post-processors transform a finished group before its advantages (Harness-S's rescue, ...).
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Awaitable, Callable, Optional, Sequence
 
 from harness_jax.train import groups as groups_lib
 from harness_jax.train.data import TaskStream
 from harness_jax.train.groups import Group
+
+# async group(item, step, index) -> Group | None
+GroupSource = Callable[[Any, int, int], Awaitable[Optional[Group]]]
 
 
 @dataclasses.dataclass
@@ -30,33 +34,45 @@ class Batch:
     collect_started_version: int = 0   # the engine's weight version when collection started
 
 
-class Collector:
-    """Collects the rollout batch of a step (``collect(step)``; thread-safe per call)."""
+class RolloutGroups:
+    """The default group source: ``group_size`` episodes of a task under the harness
+    ``selector(task, step)`` chooses, seeded by (seed, step, index); infrastructure failures
+    leave the group (they are not task failures)."""
 
-    def __init__(self, config, runner, stream: TaskStream, harness_selector, post_processors: Sequence[Any] = ()):
-        rl = config.rl
-        self.seed = int(config.seed)
-        self.group_size = int(rl.group_size)
-        self.tasks_per_step = int(rl.tasks_per_step)
-        self.dynamic_sampling = rl.dynamic_sampling
-        self.max_oversample_rounds = int(rl.max_oversample_rounds)
+    def __init__(self, runner, selector, *, group_size: int, seed: int):
         self.runner = runner
-        self.stream = stream
-        self.harness_selector = harness_selector
-        self.post_processors = list(post_processors)
+        self.selector = selector
+        self.group_size = int(group_size)
+        self.seed = int(seed)
 
-    async def _group(self, task, step: int, index: int) -> Optional[Group]:
-        harness = self.harness_selector(task, step)
+    async def __call__(self, task, step: int, index: int) -> Optional[Group]:
+        harness = self.selector(task, step)
         gid = f"s{step}-g{index}-{task.task_id}"
         episodes = await self.runner.run(task, harness, self.group_size, gid,
                                          seed=episode_seed(self.seed, step, index))
-        ok = [e for e in episodes if not e.infra_error]   # infra failures are not task failures
-        group = Group(gid, task, ok, harness_id=harness_id(harness),
-                      info={"infra_errors": len(episodes) - len(ok)})
+        ok = [e for e in episodes if not e.infra_error]
+        return Group(gid, task, ok, harness_id=harness_id(harness), info={"infra_errors": len(episodes) - len(ok)})
+
+
+class Collector:
+    """Collects the rollout batch of a step (``collect(step)``; thread-safe per call).
+    ``spec``: ``train.spec.CollectorSpec``."""
+
+    def __init__(self, spec, runner, stream: TaskStream, group: GroupSource, post_processors: Sequence[Any] = ()):
+        self.tasks_per_step = int(spec.tasks_per_step)
+        self.dynamic_sampling = spec.dynamic_sampling
+        self.max_oversample_rounds = int(spec.max_oversample_rounds)
+        self.runner = runner
+        self.stream = stream
+        self.group = group
+        self.post_processors = list(post_processors)
+
+    async def _group(self, task, step: int, index: int) -> Optional[Group]:
+        group = await self.group(task, step, index)
         for pp in self.post_processors:
-            group = await pp(group, self.runner.rollout_fn, step)
             if group is None:
                 break
+            group = await pp(group, self.runner.rollout_fn, step)
         return group
 
     async def _groups(self, tasks, step: int, first_index: int):

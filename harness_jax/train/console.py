@@ -1,5 +1,11 @@
-"""What a person watching a run reads: library logs held back, one line per GRPO step, a PNG.
+"""What a person watching a run reads: library logs held back, one line per event, progress
+bars, a PNG.
 
+* ``Console(progress, echo)``: the run's console. ``line(text)`` logs one line (absl INFO) and,
+  with ``echo``, also writes it to stderr above the progress bars (``launch/engineer.py``, whose
+  absl output is quiet); ``bar(total, desc)`` is one progress bar (``telemetry.Progress``,
+  ``log.progress_bar``). Every phase of every run (the loop, SFT, evaluation, re-anchoring,
+  evolution, the Harness-R1 stages) writes through one.
 * ``setup_logging(level)``: log records from outside ``harness_jax`` (Orbax, JAX, absl's own,
   grain, ...) below ``level`` are dropped (``log.library_level``, WARNING by default); the
   project's own INFO lines stay. ``"INFO"`` (or ``"DEBUG"``) shows everything again.
@@ -17,7 +23,13 @@ from __future__ import annotations
 
 import logging as pylogging
 import os
+import sys
 from typing import Optional
+
+from absl import logging as absl_logging
+
+from harness_jax.rl.metrics import read_jsonl
+from harness_jax.train import telemetry
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -40,17 +52,36 @@ class _LibraryFilter(pylogging.Filter):
 _installed: Optional[_LibraryFilter] = None
 
 
+class Console:
+    """One line per event and progress bars (module docstring). ``progress``: ``"auto"`` (bars
+    only on a TTY), ``"on"``, ``"off"``; ``echo``: lines also go to ``stream`` (default stderr)."""
+
+    def __init__(self, progress: str = "auto", *, echo: bool = False, stream=None):
+        self.progress = progress
+        self.echo = echo
+        self.stream = stream
+
+    def line(self, text: str) -> None:
+        absl_logging.info("%s", text)
+        if self.echo:
+            from tqdm import tqdm
+
+            tqdm.write(text, file=self.stream or sys.stderr)
+
+    def bar(self, total: int, desc: str, initial: int = 0) -> telemetry.Progress:
+        return telemetry.Progress(total, initial, self.progress, desc=desc)
+
+
+QUIET = Console("off")                    # library calls that have no console of their own
+
+
 def setup_logging(level: str = "WARNING") -> None:
     """Holds library log records below ``level`` back (idempotent; the last call wins)."""
     global _installed
     lvl = pylogging.getLevelName(str(level).upper())
     if not isinstance(lvl, int):
         raise ValueError(f"log level {level!r}; use one of {', '.join(LEVELS)}")
-    try:
-        from absl import logging as absl_logging
-        handlers = [absl_logging.get_absl_handler()]
-    except Exception:  # noqa: BLE001 - absl missing: plain logging only
-        handlers = []
+    handlers = [absl_logging.get_absl_handler()]
     handlers += pylogging.getLogger().handlers
     for h in handlers:
         if _installed is not None:
@@ -77,15 +108,20 @@ def step_line(step: int, total: int, m: dict, last_eval: Optional[dict] = None) 
     return " | ".join(parts)
 
 
-def _series(rows, key):
+def eval_line(tag: str, step: int, res: dict) -> str:
+    """One line for an evaluation: success and every pass@k / avg@k."""
+    at = {k: round(float(v), 4) for k, v in res.items() if k.startswith(("pass@", "avg@"))}
+    return f"eval[{tag}] step {step}: success {float(res.get('success_rate', 0.0)):.3f} {at}"
+
+
+def series(rows, key) -> tuple[list, list]:
+    """``(steps, values)`` of ``key`` over the rows of ``metrics.jsonl`` that have it."""
     pts = [(r["step"], r[key]) for r in rows if key in r]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
 def plot_progress(workdir: str, out: str = "") -> Optional[str]:
     """Writes ``<workdir>/progress.png`` (or ``out``); None when there are no step metrics yet."""
-    from harness_jax.rl.metrics import read_jsonl
-
     rows = [r for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if "step" in r]
     if not any("rollout/success_rate" in r for r in rows):
         return None
@@ -95,10 +131,10 @@ def plot_progress(workdir: str, out: str = "") -> Optional[str]:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
-    ax.plot(*_series(rows, "rollout/success_rate"), marker=".", label="training rollouts (all harnesses)")
+    ax.plot(*series(rows, "rollout/success_rate"), marker=".", label="training rollouts (all harnesses)")
     ev_keys = sorted({k for r in rows for k in r if k.startswith("eval/avg@")})
     for k in ev_keys or ["eval/success_rate"]:
-        xs, ys = _series(rows, k)
+        xs, ys = series(rows, k)
         if xs:
             ax.plot(xs, ys, marker="o", label=f"held-out H0 {k.split('/', 1)[1]}")
     ax.set_xlabel("GRPO step")
@@ -111,17 +147,23 @@ def plot_progress(workdir: str, out: str = "") -> Optional[str]:
                             ("rescue/zero_variance_before", "zero-variance before rescue", "--s"),
                             ("rescue/trigger_rate", "rescue trigger rate", ":^"),
                             ("rescue/success_rate", "rescue success rate", "-.v")):
-        xs, ys = _series(rows, key)
+        xs, ys = series(rows, key)
         if xs:                            # distinct styles: equal curves stay visible on top of each other
             ax.plot(xs, ys, style, markersize=5, fillstyle="none", label=lab)
     ax.set_xlabel("GRPO step")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("GRPO signal and rescue")
     ax.legend(fontsize=8)
+    return save_figure(fig, out or os.path.join(workdir, "progress.png"))
+
+
+def save_figure(fig, out: str, dpi: int = 110) -> str:
+    """Writes a matplotlib figure atomically (a temporary file renamed into place) and closes it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    out = out or os.path.join(workdir, "progress.png")
     tmp = out + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
     os.replace(tmp, out)
     return out

@@ -1,7 +1,9 @@
 """The run context: every built part of one training run, passed explicitly to the phases that
-use it (the GRPO loop, the SFT warm start, evaluation) instead of reaching into a trainer.
+use it (the GRPO loop, the SFT warm start, evaluation, the methods' extensions) instead of
+reaching into a trainer.
 
-    ctx = context.build(config, workdir)        # validated config -> parts
+    run = spec.resolve(config)                  # the run's specs (train.spec)
+    ctx = context.build(run, workdir)           # specs -> parts
     ...
     ctx.close()
 """
@@ -13,16 +15,20 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 from absl import logging
 
-from harness_jax import config_validation
+from harness_jax.config_problems import ConfigValidationError, Problem
 from harness_jax.harness import workers
-from harness_jax.train import builders, rollout
+from harness_jax.rl.checkpoint import restore_params
+from harness_jax.rl import policy
+from harness_jax.rl.metrics import MetricsWriter
+from harness_jax.train import builders, console as console_lib, rollout, spec as spec_lib
 from harness_jax.train.workdir import RunPaths
 
 
 @dataclasses.dataclass
 class RunContext:
-    config: Any
+    spec: Any                          # train.spec.RunSpec
     paths: RunPaths
+    console: console_lib.Console
     tokenizer: Any
     model_cfg: Any                     # Qwen3_5Config of the policy
     mesh: Any
@@ -40,7 +46,7 @@ class RunContext:
 
     @property
     def colocated(self) -> bool:
-        return self.config.rollout.mode == "colocated"
+        return self.spec.rollout.colocated
 
     def sync_weights(self) -> None:
         """Pushes the learner's current parameters (as ``policy_version``) to the rollout engine:
@@ -54,8 +60,14 @@ class RunContext:
         as its KL reference); returns their step."""
         return init_from(self.learner, path)
 
-    def pack_config(self):
-        return builders.pack_config(self.config, self.learner.row_multiple)
+    def pack_config(self, row_multiple: Optional[int] = None):
+        """The packer's config with the learner's row multiple (or ``row_multiple``)."""
+        rm = self.learner.row_multiple if row_multiple is None else row_multiple
+        return dataclasses.replace(self.spec.pack, row_multiple=int(rm))
+
+    def sft_learner_config(self, *, agg: str = "token_mean", norm_constant: float = 1.0):
+        return spec_lib.sft_learner_config(self.spec, peak_flops=self.peak_flops, agg=agg,
+                                           norm_constant=norm_constant)
 
     def close(self) -> None:
         for closer in (self.runner.close, getattr(self.workers, "close", None),
@@ -68,63 +80,43 @@ class RunContext:
                     logging.warning("close failed: %s", e)
 
 
-def build(config, workdir, *, devices: Optional[Sequence[Any]] = None) -> RunContext:
-    """Validates ``config`` and builds every part of the run under ``workdir`` (a path or URI)."""
-    from harness_jax.rl.learner import Learner
-    from harness_jax.rl.metrics import MetricsWriter
-
-    devices = list(devices) if devices is not None else None
-    config_validation.validate(config, num_devices=len(devices) if devices else None)
+def build(run, workdir, *, devices: Optional[Sequence[Any]] = None,
+          console: Optional[console_lib.Console] = None) -> RunContext:
+    """Builds every part of the run ``run`` (a resolved ``train.spec.RunSpec``) under ``workdir``
+    (a path or URI)."""
+    console = console or console_lib.Console(run.loop.log.progress_bar)
     paths = RunPaths.of(workdir)
     paths.root.mkdir(parents=True, exist_ok=True)
-    tokenizer = rollout.load_tokenizer(config, paths.tokenizer)
-    model_cfg = builders.model_config(config)
+    r, log = run.rollout, run.loop.log
+    sync_dir = "" if r.colocated else paths.local("weight_sync", r.sync_dir)
+    store = rollout.open_store(paths.local("traces", log.traces_dir) if log.store_traces else None)
+    tokenizer = rollout.load_tokenizer(run, paths.tokenizer)
+    env_factory = builders.env_factory(run.env)
+    peak = builders.peak_flops(log.peak_flops, run.mesh.platform, run.mesh.chip)
+    console.line(f"per-device peak for MFU: {peak:.3g} FLOP/s ({'config' if log.peak_flops else 'measured fp32 matmul'})")
+    episode_workers = workers.from_spec(run.workers)
+    learner, model_cfg, mesh, rules = policy.build_learner(
+        run.model, run.mesh, dataclasses.replace(run.learner, peak_flops_per_device=peak), devices=devices, seed=run.seed)
     if model_cfg.vocab_size < len(tokenizer):
-        raise config_validation.ConfigValidationError([config_validation.Problem(
+        raise ConfigValidationError([Problem(
             "model.arch.vocab_size", model_cfg.vocab_size, f"smaller than the tokenizer's {len(tokenizer)} tokens",
             f"set --config.model.arch.vocab_size >= {len(tokenizer)}")])
-    mesh = builders.make_mesh(config, devices)
-    rules = builders.mesh_rules(config)
-    peak = builders.peak_flops(config)
-    logging.info("per-device peak for MFU: %.3g FLOP/s (%s)", peak,
-                 "config" if config.log.peak_flops else "measured fp32 matmul")
-    learner = Learner(builders.build_model(config, mesh, rules, model_cfg),
-                      builders.learner_config(config, "grpo", peak_flops=peak), mesh=mesh, rules=rules)
-    if config.model.init_from:
-        init_from(learner, config.model.init_from)
-    colocated = config.rollout.mode == "colocated"
-    engine, sync = rollout.build_engine(
-        config, learner.model(learner.params_copy()) if colocated else None, tokenizer,
-        version=learner.policy_version,
-        sync_dir="" if colocated else paths.local("weight_sync", config.rollout.sync_dir))
-    env_factory = builders.env_factory(config)
-    store = rollout.open_store(config, paths.local("traces", config.log.traces_dir)
-                               if config.log.store_traces else None)
-    episode_workers = workers.from_config(config)
-    runner = rollout.EpisodeRunner(config, engine, env_factory, tokenizer, store, backend=episode_workers)
-    writer = MetricsWriter(paths.root, tensorboard=bool(config.log.tensorboard))
-    return RunContext(config=config, paths=paths, tokenizer=tokenizer, model_cfg=model_cfg, mesh=mesh,
-                      rules=rules, peak_flops=peak, learner=learner, engine=engine, weight_sync=sync,
-                      env_factory=env_factory, harness=rollout.base_harness(config), runner=runner,
+    engine, sync = rollout.build_engine(r, learner.model(learner.params_copy()) if r.colocated else None, tokenizer,
+                                        seed=run.seed, version=learner.policy_version, sync_dir=sync_dir)
+    runner = rollout.EpisodeRunner(run.runner, engine, env_factory, tokenizer, store, backend=episode_workers)
+    writer = MetricsWriter(paths.root, tensorboard=bool(log.tensorboard))
+    return RunContext(spec=run, paths=paths, console=console, tokenizer=tokenizer, model_cfg=model_cfg,
+                      mesh=mesh, rules=rules, peak_flops=peak, learner=learner, engine=engine, weight_sync=sync,
+                      env_factory=env_factory, harness=run.base_harness, runner=runner,
                       writer=writer, store=store, workers=episode_workers)
-
-
-def checkpoint_dir(path) -> str:
-    """A training workdir's ``checkpoints/`` dir, or ``path`` itself (a checkpoints dir)."""
-    from harness_jax.paths import resolve
-
-    p = resolve(path)
-    return str(p / "checkpoints") if (p / "checkpoints").exists() else str(p)
 
 
 def load_params(learner, path):
     """``(params, step)`` of the latest Orbax checkpoint under ``path`` (a workdir or a
     checkpoints dir), on ``learner``'s parameter shardings."""
-    from harness_jax.rl.checkpoint import restore_params
-
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             learner.state["params"], learner.param_sharding)
-    return restore_params(checkpoint_dir(path), abstract)
+    return restore_params(policy.checkpoint_dir(path), abstract)
 
 
 def init_from(learner, path) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import grain
 
 from harness_jax.envs.base import Task
+from harness_jax.envs.registry import SealedSplitError
 
 
 class TaskStream:
@@ -25,7 +26,6 @@ class TaskStream:
 
     def __init__(self, tasks: Sequence[Task], seed: int):
         if getattr(tasks, "split", None) == "test":
-            from harness_jax.envs.registry import SealedSplitError
             raise SealedSplitError("TaskStream: a test-split task source was given; training reads "
                                    "train/search/selection only")
         if len(tasks) == 0:

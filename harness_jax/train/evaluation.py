@@ -3,7 +3,7 @@
 Used periodically by the training loop (``selection`` split) and by ``launch/evaluate.py``
 (any checkpoint or HF directory, any harness, any split; the entry point itself loads the sealed
 test split, this module never does). Evaluation needs a model, never a learner or optimizer
-state: ``policy_model`` loads one from an HF directory, a training run's Orbax checkpoint (its
+state: ``rl.policy.policy_model`` loads one from an HF directory, a training run's Orbax checkpoint (its
 parameters only) or the config. Results are plain JSON-able dicts.
 """
 from __future__ import annotations
@@ -15,14 +15,21 @@ from typing import Any, Sequence
 
 from absl import logging
 
+from harness_jax import scoring
+from harness_jax.envs import registry
+from harness_jax.harness import workers
+from harness_jax.paths import resolve
+from harness_jax.rl import policy
+from harness_jax.sampling.tokenizer import load_tokenizer
+from harness_jax.train import builders, console as console_lib, extensions, rollout, spec as spec_lib, task_tokenizer
+from harness_jax.train import workdir as workdir_lib
+
 
 def run_attempts(runner, tasks: Sequence, harness, *, k: int, temperature: float, tag: str,
-                 progress: str = "off") -> list:
+                 console: console_lib.Console = console_lib.QUIET) -> list:
     """``k`` episodes per task (a list per task, in order) under ``harness`` (a spec or a Sibling,
     or a callable ``task -> harness`` choosing one per task), with a progress bar over tasks."""
-    from harness_jax.train import telemetry
-
-    bar = telemetry.Progress(len(tasks), 0, progress, desc=tag)
+    bar = console.bar(len(tasks), tag)
 
     async def one(i, task):
         h = harness(task) if callable(harness) else harness
@@ -40,12 +47,12 @@ def run_attempts(runner, tasks: Sequence, harness, *, k: int, temperature: float
 
 
 def evaluate_tasks(runner, tasks: Sequence, harness, *, k: int = 1, temperature: float = 0.0,
-                   tag: str = "eval", progress: str = "off") -> dict:
+                   tag: str = "eval", console: console_lib.Console = console_lib.QUIET) -> dict:
     """Runs ``k`` attempts per task; returns success rate, pass@k / avg@k for k in {1, k}."""
     if k > 1 and temperature == 0:
         raise ValueError("evaluate_tasks: k > 1 attempts need temperature > 0 (greedy attempts are identical)")
     t0 = time.perf_counter()
-    per_task = run_attempts(runner, tasks, harness, k=k, temperature=temperature, tag=tag, progress=progress)
+    per_task = run_attempts(runner, tasks, harness, k=k, temperature=temperature, tag=tag, console=console)
     out = summarize_attempts(tasks, per_task, k)
     out["time_s"] = time.perf_counter() - t0
     return out
@@ -54,8 +61,6 @@ def evaluate_tasks(runner, tasks: Sequence, harness, *, k: int = 1, temperature:
 def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
     """Success rate, score, pass@k / avg@k for k in {1, k}, per category, turns and
     infrastructure errors of ``k`` attempts per task (infrastructure errors are not scored)."""
-    from harness_jax import scoring as metrics
-
     records = []
     for task, eps in zip(tasks, per_task):
         for e in eps:
@@ -64,7 +69,7 @@ def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
             records.append({"task_id": task.task_id, "success": bool(e.success), "score": float(e.reward),
                             "category": task.category, "turns": e.num_turns})
     ks = sorted({1, int(k)})
-    summ = metrics.summarize(records, ks=ks)
+    summ = scoring.summarize(records, ks=ks)
     out = {"num_tasks": summ.num_tasks, "num_episodes": summ.num_episodes,
            "success_rate": summ.success_rate, "score": summ.score,
            "per_category": summ.per_category,
@@ -77,35 +82,6 @@ def summarize_attempts(tasks: Sequence, per_task: Sequence, k: int) -> dict:
     return out
 
 
-def policy_model(config, checkpoint: str, mesh, rules):
-    """``(model, source)``: the policy of ``checkpoint`` on ``mesh`` (an HF directory with
-    config.json; a training workdir or checkpoints dir: its latest parameters on the config's
-    model; '' = the config's own model: ``model.hf_path``, ``model.init_from`` or the init)."""
-    import jax
-    from flax import nnx
-
-    from harness_jax.paths import resolve
-    from harness_jax.rl.checkpoint import restore_params
-    from harness_jax.rl.learner import param_shardings
-    from harness_jax.train import builders, context
-
-    if checkpoint and (resolve(checkpoint) / "config.json").exists():
-        return builders.load_hf_model(config, checkpoint, mesh, rules), f"hf:{checkpoint}"
-    path = checkpoint or config.model.init_from
-    if not path:
-        return builders.build_model(config, mesh, rules), "config"
-    graphdef, state, rest = nnx.split(builders.abstract_model(config, mesh), nnx.Param, ...)
-    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                            nnx.to_pure_dict(state), param_shardings(state, mesh, rules))
-    directory = context.checkpoint_dir(path)
-    params, step = restore_params(directory, abstract)
-    nnx.replace_by_pure_dict(state, params)
-    concrete_rest = builders.build_model(config, mesh, rules) if jax.tree.leaves(nnx.to_pure_dict(rest)) else None
-    if concrete_rest is not None:
-        rest = nnx.state(concrete_rest, nnx.Not(nnx.Param))
-    return nnx.merge(graphdef, state, rest), f"orbax:{directory}@{step}"
-
-
 @dataclasses.dataclass
 class PolicyRunner:
     """A policy on a rollout engine with an episode runner, no learner (evaluation, evolution)."""
@@ -115,7 +91,7 @@ class PolicyRunner:
     tokenizer: Any
     policy: str                         # where the weights came from (``policy_model``'s source)
     paths: Any                          # workdir.RunPaths of the output workdir
-    workers: Any = None                 # episode workers (harness.workers.from_config), or None
+    workers: Any = None                 # episode workers (harness.workers.from_spec), or None
 
     def close(self) -> None:
         self.runner.close()
@@ -125,75 +101,85 @@ class PolicyRunner:
             self.engine.close()
 
 
-def policy_runner(config, workdir, *, checkpoint: str = "", pool_version: str = "") -> PolicyRunner:
-    """Loads the policy of ``checkpoint`` (``policy_model``) onto the configured engine (servers
-    get the weights through the configured sync) and an ``EpisodeRunner`` writing traces under
-    ``workdir``. The caller validates the config and closes the result."""
-    from harness_jax.train import builders, rollout, workdir as workdir_lib
-
+def policy_runner(run, workdir, *, checkpoint: str = "", pool_version: str = "") -> PolicyRunner:
+    """Loads the policy of ``checkpoint`` (``rl.policy.policy_model``) onto the run's engine (servers get
+    the weights through the configured sync) and an ``EpisodeRunner`` writing traces under
+    ``workdir``. ``run``: ``train.spec.RunSpec``; the caller closes the result."""
     paths = workdir_lib.RunPaths.of(workdir)
     paths.root.mkdir(parents=True, exist_ok=True)
-    tokenizer = _tokenizer(config, checkpoint, paths)
-    mesh, rules = builders.make_mesh(config), builders.mesh_rules(config)
-    model, source = policy_model(config, checkpoint, mesh, rules)
-    engine, sync = rollout.build_engine(config, model, tokenizer, version=0,
-                                        sync_dir=paths.local("weight_sync", config.rollout.sync_dir)
-                                        if config.rollout.mode != "colocated" else "")
-    if config.rollout.mode != "colocated":
+    tokenizer = _tokenizer(run, checkpoint, paths)
+    mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
+    model, source = policy.policy_model(run.model, checkpoint, mesh, rules, seed=run.seed)
+    r, log = run.rollout, run.loop.log
+    engine, sync = rollout.build_engine(r, model, tokenizer, seed=run.seed, version=0,
+                                        sync_dir="" if r.colocated else paths.local("weight_sync", r.sync_dir))
+    if not r.colocated:
         sync(model, 0)                      # the servers evaluate this policy
-    store = rollout.open_store(config, paths.local("traces", config.log.traces_dir)
-                               if config.log.store_traces else None)
-    from harness_jax.harness import workers
-
-    episode_workers = workers.from_config(config)
-    runner = rollout.EpisodeRunner(config, engine, builders.env_factory(config), tokenizer, store,
+    store = rollout.open_store(paths.local("traces", log.traces_dir) if log.store_traces else None)
+    episode_workers = workers.from_spec(run.workers)
+    runner = rollout.EpisodeRunner(run.runner, engine, builders.env_factory(run.env), tokenizer, store,
                                    backend=episode_workers, pool_version=pool_version)
     return PolicyRunner(runner, engine, tokenizer, source, paths, episode_workers)
 
 
-def eval_temperature(config, k: int) -> float:
-    """``eval.temperature``, or 0.7 when k > 1 attempts would otherwise be greedy copies."""
-    t = float(config.eval.temperature)
+def eval_temperature(ev, k: int) -> float:
+    """``eval.temperature`` (``ev``: the ``eval`` section), or 0.7 when k > 1 attempts would
+    otherwise be greedy copies."""
+    t = float(ev.temperature)
     return 0.7 if k > 1 and t == 0 else t
 
 
-def evaluate_main(config, workdir, *, tasks: Sequence, checkpoint: str = "", harness: str = "",
+def evaluate_main(run, workdir, *, tasks: Sequence, checkpoint: str = "", harness: str = "",
                   k: int = 0, split: str = "selection", out: str = "") -> dict:
-    """Loads a policy (``policy_model``), evaluates it on ``tasks`` under ``harness`` (a spec file
-    or registered name; '' = ``harness.spec``) and writes a results JSON. Returns the results."""
-    from harness_jax import config_validation
-    from harness_jax.paths import resolve
-    from harness_jax.train import rollout, workdir as workdir_lib
-
-    config_validation.validate(config, allow_test_split=True)
-    k = int(k or config.eval.k)
-    temperature = eval_temperature(config, k)
-    pr = policy_runner(config, workdir, checkpoint=checkpoint)
-    h = rollout.base_harness(config, spec=harness or None)
+    """Loads a policy (``rl.policy.policy_model``), evaluates it on ``tasks`` under ``harness`` (a spec file
+    or registered name; '' = ``harness.spec``) and writes a results JSON. Returns the results.
+    ``run``: the resolved ``train.spec.RunSpec`` (the entry point resolves the config, with the
+    test split allowed)."""
+    ev = run.loop.eval
+    k = int(k or ev.k)
+    temperature = eval_temperature(ev, k)
+    pr = policy_runner(run, workdir, checkpoint=checkpoint)
+    h = rollout.base_harness(run, spec=harness or None)
     try:
         res = evaluate_tasks(pr.runner, tasks, h, k=k, temperature=temperature, tag=f"eval-{split}",
-                             progress=config.log.progress_bar)
+                             console=console_lib.Console(run.loop.log.progress_bar))
     finally:
         pr.close()
-    res.update(split=split, k=k, temperature=temperature, policy=pr.policy, harness=harness or config.harness.spec or "H0",
-               env=config.env.name, config_name=config.name)
+    res.update(split=split, k=k, temperature=temperature, policy=pr.policy, harness=harness or run.harness.spec or "H0",
+               env=run.env.name, config_name=run.name)
     path = resolve(out) if out else pr.paths.root / f"eval_{split}.json"
     workdir_lib.write_json(path, res)
     logging.info("wrote %s", path)
     return res
 
 
-def _tokenizer(config, checkpoint: str, paths):
-    """The checkpoint's own tokenizer (an exported HF dir, or a training workdir's task BPE), else
-    the config's."""
-    from harness_jax.paths import resolve
-    from harness_jax.train import rollout, task_tokenizer
+def evaluate_command(config, workdir, *, split: str = "selection", num_tasks: int = 0, routing: str = "h0",
+                     checkpoint: str = "", harness: str = "", k: int = 0, pool: str = "", out: str = "") -> dict:
+    """What ``launch/evaluate.py`` runs: resolves the config (the test split allowed), draws the
+    tasks (the sealed test split is opened here, by this entry point, only), and evaluates them
+    under H0 (``evaluate_main``) or a method's routing (``train.extensions.routing``, e.g.
+    Harness-S's ``rank1``)."""
+    run = spec_lib.resolve(config, allow_test_split=True)
+    n = num_tasks or run.loop.eval.num_tasks
+    if split == "test":
+        with registry.sealed_test_access(f"launch/evaluate.py checkpoint={checkpoint or 'config'}"):
+            tasks = builders.load_tasks(run.env, "test", n)   # a list: made inside the seal
+    else:
+        tasks = builders.load_tasks(run.env, split, n)
+    if routing == "h0":
+        return evaluate_main(run, workdir, tasks=tasks, checkpoint=checkpoint, split=split, harness=harness,
+                             k=k, out=out)
+    return extensions.routing(routing)(run, workdir, tasks=tasks, checkpoint=checkpoint, k=k, split=split,
+                                       out=out, pool=pool)
 
+
+def _tokenizer(run, checkpoint: str, paths):
+    """The checkpoint's own tokenizer (an exported HF dir, or a training workdir's task BPE), else
+    the run's."""
     if checkpoint:
         c = resolve(checkpoint)
         if (c / "tokenizer.json").exists():
-            from harness_jax.sampling.tokenizer import load_tokenizer
             return load_tokenizer(str(c))
         if (c / "tokenizer" / "tokenizer.json").exists():
             return task_tokenizer.load(c / "tokenizer")
-    return rollout.load_tokenizer(config, paths.tokenizer)
+    return rollout.load_tokenizer(run, paths.tokenizer)

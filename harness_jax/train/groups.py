@@ -15,7 +15,10 @@ from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from harness_jax.envs.base import Task
+from harness_jax.rl import losses
 from harness_jax.types import TokenSegment
+
+DYNAMIC_SAMPLING = ("off", "skip", "oversample")   # what happens to zero-variance groups (``dynamic_sampling_filter``)
 
 
 @dataclasses.dataclass
@@ -63,7 +66,6 @@ class Group:
     def zero_variance(self) -> bool:
         """All rewards of the statistics equal (or no episode): the group carries no GRPO signal
         (``rl.losses.zero_variance``, the one definition)."""
-        from harness_jax.rl import losses
         r = self.stats_rewards
         return len(self.episodes) == 0 or bool(losses.zero_variance(r[None, :])[0])
 
@@ -114,8 +116,6 @@ def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std
     rescue calibration: the G original failures next to the rescue attempts, so an all-success
     rescue still teaches; ``harness_s.rescue_advantages_G`` is the same math).
     """
-    from harness_jax.rl import losses
-
     zero = 0
     for g in groups:
         r_1N = g.stats_rewards[None, :]
@@ -140,10 +140,10 @@ def dynamic_sampling_filter(groups: Sequence[Group], mode: str) -> tuple[list[Gr
     "off" keeps everything; "skip" and "oversample" drop zero-variance groups (oversampling then
     asks the stream for replacement tasks, see ``loop``).
     """
+    if mode not in DYNAMIC_SAMPLING:
+        raise ValueError(f"dynamic_sampling={mode!r}; use one of {DYNAMIC_SAMPLING}")
     if mode == "off":
         return list(groups), []
-    if mode not in ("skip", "oversample"):
-        raise ValueError(f"dynamic_sampling={mode!r}; use 'off', 'skip' or 'oversample'")
     kept = [g for g in groups if not g.zero_variance]
     dropped = [g for g in groups if g.zero_variance]
     return kept, dropped

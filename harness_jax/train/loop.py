@@ -1,32 +1,35 @@
-"""The agent GRPO loop: task stream -> G episodes per task through the executor -> rewards ->
-group advantages -> packed TrainBatch -> learner -> weight sync -> evaluation -> checkpoint.
+"""The agent GRPO loop: task stream -> one group per task (G episodes through the executor) ->
+rewards -> group advantages -> packed TrainBatch -> learner -> weight sync -> evaluation ->
+checkpoint.
 
-    from harness_jax.train import loop
-    summary = loop.train(config, workdir)            # what launch/train.py runs
+    from harness_jax.train import run
+    summary = run.train(config, workdir)          # what launch/train.py runs (resolve, build, train)
 
-The run's parts live in one explicit ``RunContext`` (``train/context.py``: learner, engine,
-runner, harness, tokenizer, writer); the phases (``collect.Collector``, ``sft_warmstart``,
-``evaluation``) get it, never the trainer.
+``Trainer(ctx, extensions)`` trains the run context ``ctx`` (``train/context.py``: the resolved
+spec, learner, engine, runner, harness, tokenizer, writer); the phases (``collect.Collector``,
+``sft_warmstart``, ``evaluation``) and the methods' extensions (``train/extensions.py``) get the
+context, never the trainer.
 
-Modes (config.rollout / config.rl):
+Modes (``rollout`` and ``rl`` sections):
 * colocated: the embedded ``JaxEngine`` runs on the learner's devices; after each learner step its
   parameters are replaced in place (a device copy; no host round trip, no export);
 * disaggregated: SGLang-API servers (SGLang or ``launch/serve.py``) elsewhere; after each step the
   policy is exported as a Hugging Face directory and the servers load it (``update_weights_from_disk``);
 * synchronous (on-policy): batch i is collected with the weights after step i-1;
-* asynchronous: a producer thread collects ahead of the learner; batch i is *admitted* (its
-  collection may start) only once the learner has finished step i - max_staleness, so no
-  trajectory is ever more than ``max_staleness`` versions old when it is trained on, and nothing
-  finished is discarded. The per-episode lag histogram is logged every step.
+* asynchronous: a producer thread collects ahead of the learner (``producer.AsyncProducer``);
+  batch i is *admitted* (its collection may start) only once the learner has finished step
+  i - max_staleness, so no trajectory is ever more than ``max_staleness`` versions old when it is
+  trained on, and nothing finished is discarded. The per-episode lag histogram is logged every
+  step.
 
 Checkpoints hold the learner state and the loop state (step, policy version, task-stream
-position, SFT/eval history); running the same command again resumes, with the same data order.
-SIGTERM finishes the current step (or SFT step), saves, and exits cleanly.
+position, SFT/eval history, each extension's state); running the same command again resumes,
+with the same data order. SIGTERM finishes the current step (or SFT step), saves, and exits
+cleanly.
 """
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import threading
 import time
@@ -35,61 +38,69 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 from absl import logging
 
+from harness_jax.envs import registry
+from harness_jax.models import qwen3_5
+from harness_jax.paths import is_local
 from harness_jax.rl import perf
-from harness_jax.train import builders, console, context, groups as groups_lib, telemetry, workdir as workdir_lib
-from harness_jax.train.collect import Batch, Collector
+from harness_jax.rl.batch import pack_segments
+from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
+from harness_jax.rl.metrics import flatten
+from harness_jax.train import (builders, console, context, evaluation, groups as groups_lib, sft_warmstart,
+                               telemetry, workdir as workdir_lib)
+from harness_jax.train.collect import Batch, Collector, RolloutGroups
 from harness_jax.train.data import TaskStream
+from harness_jax.train.extensions import Extensions
 from harness_jax.train.groups import FixedHarness
+from harness_jax.train.producer import AsyncProducer
+from harness_jax.train.stages import Stages
 
 
 class Trainer:
-    """One run: ``Trainer(config, workdir)`` builds the run context, ``run()`` executes it."""
+    """Trains one run context: ``Trainer(ctx, extensions).run()`` (``ctx``:
+    ``context.RunContext``; ``extensions``: ``train.extensions.Extension``s). ``on_step(step,
+    metrics)`` is called after every GRPO step."""
 
-    def __init__(self, config, workdir, *, post_processors: Sequence[Any] = (),
-                 harness_selector: Any = None, extensions: Sequence[Any] = (),
-                 devices: Optional[Sequence[Any]] = None,
+    def __init__(self, ctx: context.RunContext, extensions: Sequence[Any] = (), *,
                  on_step: Optional[Callable[[int, dict], None]] = None):
-        from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
-
-        self.config = config
-        console.setup_logging(config.log.library_level)   # before Orbax and friends start talking
-        self.ctx = context.build(config, workdir, devices=devices)
-        self.extensions = list(extensions)      # train.extensions.LoopExtension
-        post_processors = list(post_processors)
-        for ext in self.extensions:
-            ext.attach(self.ctx)
-            post_processors += list(ext.post_processors())
-            harness_selector = ext.harness_selector() or harness_selector
-        self._stop = threading.Event()          # SIGTERM / request_stop()
+        self.ctx = ctx
+        self.spec = ctx.spec.loop                  # train.spec.LoopSpec
+        self.ext = Extensions(extensions)
+        for e in self.ext:
+            e.attach(ctx)
+        self._stop = threading.Event()             # SIGTERM / request_stop()
         self.step = 0
-        self.sft_done = not config.sft.enabled
+        self.sft_done = not self.spec.sft_enabled
         self.history: dict[str, Any] = {"eval": []}
-        self.on_step = on_step                  # on_step(step, metrics) after every GRPO step
-        self._build_data(harness_selector, post_processors)
-        self.pack_cfg = self.ctx.pack_config()
-        self.ckpt = Checkpointer(CheckpointConfig(self.ctx.paths.checkpoints, max_to_keep=config.ckpt.keep,
+        self.on_step = on_step
+        env = ctx.spec.env
+        self.stream = self.ext.first("task_stream", ctx) or TaskStream(
+            builders.task_source(env, env.train_split), seed=ctx.spec.seed)
+        self.eval_tasks = self.ext.first("eval_tasks", ctx)
+        if self.eval_tasks is None:
+            self.eval_tasks = builders.load_tasks(env, env.eval_split, n=self.spec.eval.num_tasks)
+        cs = ctx.spec.collector
+        group = self.ext.first("group_source", ctx) or RolloutGroups(
+            ctx.runner, self.ext.first("harness_selector", ctx) or FixedHarness(ctx.harness),
+            group_size=cs.group_size, seed=cs.seed)
+        self.collector = Collector(cs, ctx.runner, self.stream, group, self.ext.collected("post_processors", ctx))
+        # the warm start is a stage of the run directory: a rerun with other SFT inputs is refused
+        self._stages = Stages(str(ctx.paths.root), "sft-warm-start-v1") if is_local(ctx.paths.root) else None
+        self._sft_key = (sft_warmstart.sft_cache_key(ctx.spec, ctx.tokenizer)[0]
+                         if self.spec.sft_enabled and self._stages is not None else "")
+        self.ckpt = Checkpointer(CheckpointConfig(ctx.paths.checkpoints, max_to_keep=self.spec.ckpt.keep,
                                                   save_interval_steps=1, async_save=True,
                                                   save_on_sigterm=False))   # the loop handles SIGTERM
         self.resumed_from = None
-        if config.ckpt.resume and self.ckpt.latest_step() is not None:
+        if self.spec.ckpt.resume and self.ckpt.latest_step() is not None:
             self._restore(self.ckpt.latest_step())
-
-    def _build_data(self, harness_selector, post_processors) -> None:
-        """The training stream, the evaluation items and the collector (a trainer of another
-        policy, e.g. Harness-R1's engineer over failure packets, overrides this)."""
-        c = self.config
-        self.stream = TaskStream(builders.task_source(c, c.env.train_split), seed=c.seed)
-        self.eval_tasks = builders.load_tasks(c, c.env.eval_split, n=c.eval.num_tasks)
-        self.collector = Collector(c, self.ctx.runner, self.stream,
-                                   harness_selector or FixedHarness(self.ctx.harness), post_processors)
 
     # ============================================================ checkpoint
     def _meta(self, stream_state: dict) -> dict:
         return {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                 "stream": stream_state, "sft_done": self.sft_done, "history": self.history,
-                "config_name": self.config.name,
+                "config_name": self.spec.name,
                 # each extension's state as one JSON string (any JSON value survives Orbax's meta)
-                "extensions": {e.name: json.dumps(e.state_dict()) for e in self.extensions}}
+                "extensions": {e.name: json.dumps(e.state_dict()) for e in self.ext}}
 
     def save(self, stream_state: Optional[dict] = None) -> None:
         t0 = time.perf_counter()
@@ -107,10 +118,12 @@ class Trainer:
         self.history = meta.get("history") or {"eval": []}
         self.stream.restore(meta["stream"])
         states = meta.get("extensions") or {}
-        for ext in self.extensions:
-            if ext.name in states:
-                ext.load_state_dict(json.loads(states[ext.name]))
-        if learner.ref_params is not None and self.config.sft.enabled and self.sft_done:
+        for e in self.ext:
+            if e.name in states:
+                e.load_state_dict(json.loads(states[e.name]))
+        if self._sft_key and self.sft_done:
+            self._stages.done("sft", self._sft_key)
+        if learner.ref_params is not None and self.spec.sft_enabled and self.sft_done:
             # the KL reference is the policy RL started from: the warm start's final checkpoint
             context.init_reference(learner, self.ctx.paths.sft_checkpoints)
         self.ctx.sync_weights()
@@ -119,17 +132,14 @@ class Trainer:
 
     # ============================================================ learner side
     def _train_on(self, batch: Batch, timer: telemetry.PhaseTimer) -> dict:
-        from harness_jax.rl.batch import pack_segments
-
-        c, learner = self.config, self.ctx.learner
-        adv = groups_lib.compute_advantages(batch.groups, eps=c.rl.adv_eps, scale=c.rl.adv_scale,
-                                            baseline=c.rl.adv_baseline)
+        s, learner = self.spec, self.ctx.learner
+        adv = groups_lib.compute_advantages(batch.groups, eps=s.adv_eps, scale=s.adv_scale, baseline=s.adv_baseline)
         hist = groups_lib.staleness_histogram(batch.groups, learner.policy_version)
         episodes = [e for g in batch.groups for e in g.episodes]
-        segments = [s for e in episodes for s in e.segments]
+        segments = [seg for e in episodes for seg in e.segments]
         out: dict[str, float] = {}
         if segments:
-            tb = pack_segments(segments, self.pack_cfg)
+            tb = pack_segments(segments, self.ctx.pack_config())
             t0 = time.perf_counter()
             steps = learner.update(tb)
             recompute_s = steps[0]["logp_recompute_s"]
@@ -149,36 +159,33 @@ class Trainer:
 
     # ============================================================ evaluation
     def evaluate(self, tag: str) -> dict:
-        from harness_jax.train import evaluation
-
-        c = self.config
+        ev = self.spec.eval
         t0 = time.perf_counter()
-        res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=c.eval.k,
-                                        temperature=c.eval.temperature, tag=tag, progress=c.log.progress_bar)
+        res = self.ext.first("evaluate", self.ctx, self.eval_tasks, tag)
+        if res is None:
+            res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=ev.k,
+                                            temperature=ev.temperature, tag=tag, console=self.ctx.console)
         res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
         self.history["eval"].append(res)
-        self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in _flat(res).items()
-                                          if isinstance(v, (int, float))})
-        logging.info("eval[%s] step %d: success %.3f %s", tag, self.step, res["success_rate"],
-                     {k: v for k, v in res.items() if k.startswith(("pass@", "avg@"))})
+        self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in flatten(res).items()
+                                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        self.ctx.console.line(self.ext.first("eval_line", tag, res) or console.eval_line(tag, self.step, res))
         return res
 
     # ============================================================ SFT warm start
-    def _warm_start(self) -> dict:
-        """The SFT phase (gold demonstrations here); its summary has ``finished``."""
-        from harness_jax.train import sft_warmstart
-
-        return sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
-
     def _sft(self) -> bool:
         """Runs (or resumes) the warm start; False when a stop request interrupted it."""
-        if self.config.eval.at_start and not any(e["tag"] == "before_sft" for e in self.history["eval"]):
+        if self.spec.eval.at_start and not any(e["tag"] == "before_sft" for e in self.history["eval"]):
             self.evaluate("before_sft")
-        res = self._warm_start()
+        res = self.ext.first("warm_start", self.ctx, self._stop.is_set)
+        if res is None:
+            res = sft_warmstart.warm_start(self.ctx, should_stop=self._stop.is_set)
         self.history["sft"] = res
         if not res["finished"]:
             return False
         self.sft_done = True
+        if self._sft_key:
+            self._stages.mark("sft", self._sft_key, {k: v for k, v in res.items() if k != "details"})
         self.evaluate("after_sft")
         self.save()
         return True
@@ -188,34 +195,32 @@ class Trainer:
         self._stop.set()
 
     def run(self) -> dict:
-        from harness_jax.envs import registry
-
         prev = _install_sigterm(self._stop)
         try:
-            with registry.training_scope(self.config.name):
+            with registry.training_scope(self.spec.name):
                 return self._run()
         finally:
             _restore_sigterm(prev)
 
     def _run(self) -> dict:
-        c = self.config
-        if self.resumed_from is None and c.rollout.mode != "colocated":
+        s = self.spec
+        if self.resumed_from is None and not self.ctx.colocated:
             self.ctx.sync_weights()             # servers may hold other weights: start from ours
         if not self.sft_done:
             if not self._sft():
                 logging.info("stop requested (SIGTERM) during the SFT warm start: its checkpoint is saved; exiting")
                 return self._finish(preempted=True, last_state=self.stream.state())
-        elif self.step == 0 and c.eval.at_start and not self.history["eval"]:
+        elif self.step == 0 and s.eval.at_start and not self.history["eval"]:
             self.evaluate("start")
-        progress = telemetry.Progress(c.num_steps, self.step, c.log.progress_bar)
-        producer = (_AsyncProducer(self.collector.collect, self.stream, c.num_steps, c.rl.max_staleness)
-                    if c.rl.async_mode else None)
+        progress = self.ctx.console.bar(s.num_steps, "grpo", initial=self.step)
+        producer = (AsyncProducer(self.collector.collect, self.stream, s.num_steps, s.max_staleness)
+                    if s.async_mode else None)
         if producer is not None:
             producer.start(self.step)
         preempted = False
         last_state = self.stream.state()
         try:
-            while self.step < c.num_steps and not preempted:
+            while self.step < s.num_steps and not preempted:
                 metrics, last_state, preempted = self._step(producer)
                 progress.update(1, reward=metrics["rollout/reward_mean"], loss=metrics.get("learner/loss", 0.0))
         finally:
@@ -229,7 +234,7 @@ class Trainer:
     def _step(self, producer) -> tuple[dict, dict, bool]:
         """One GRPO step: batch -> update -> weight sync -> (eval) -> (checkpoint) -> metrics.
         Returns the metrics, the stream state to resume from and whether a stop was requested."""
-        c = self.config
+        s = self.spec
         timer = telemetry.PhaseTimer()
         t_step = time.perf_counter()
         if producer is None:
@@ -241,41 +246,38 @@ class Trainer:
             timer.add("rollout_overlapped", batch.rollout_s)
         metrics = self._train_on(batch, timer)
         self.step += 1
-        if self.step % c.rollout.sync_every == 0 or self.step == c.num_steps:
+        if self.step % s.sync_every == 0 or self.step == s.num_steps:
             with timer.phase("weight_sync"):
                 self.ctx.sync_weights()
-        for ext in self.extensions:
-            metrics.update(ext.after_update(self, timer))
+        metrics.update(self.ext.merged("after_update", self.ctx, self.step, timer))
         if producer is not None:
             producer.step_done(self.step)
         # the stream position to resume from: before the oldest batch not yet trained on
         last_state = producer.resume_state() if producer is not None else self.stream.state()
-        if c.eval.every_steps and self.step % c.eval.every_steps == 0 and self.step < c.num_steps:
+        if s.eval.every_steps and self.step % s.eval.every_steps == 0 and self.step < s.num_steps:
             with timer.phase("eval"):
                 self.evaluate("periodic")
         stop = self._stop.is_set()
-        if (c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0) or stop:
+        if (s.ckpt.every_steps and self.step % s.ckpt.every_steps == 0) or stop:
             with timer.phase("checkpoint"):
                 self.save(last_state)
         metrics.update(timer.pop())
         metrics["time/step_s"] = time.perf_counter() - t_step
         metrics["policy_version"] = float(self.ctx.learner.policy_version)
-        for ext in self.extensions:
-            metrics.update(ext.step_metrics(batch, metrics))
+        metrics.update(self.ext.merged("step_metrics", self.ctx, batch, metrics))
         self.ctx.writer.write(self.step, metrics)
-        logging.info("%s", console.step_line(self.step, c.num_steps, metrics,
-                                             self.history["eval"][-1] if self.history["eval"] else None))
+        last_eval = self.history["eval"][-1] if self.history["eval"] else None
+        self.ctx.console.line(self.ext.first("step_line", self.step, s.num_steps, metrics, last_eval)
+                              or console.step_line(self.step, s.num_steps, metrics, last_eval))
         if self.on_step is not None:
             self.on_step(self.step, metrics)
-        if c.ckpt.every_steps and self.step % c.ckpt.every_steps == 0:
+        if s.ckpt.every_steps and self.step % s.ckpt.every_steps == 0:
             self.plot()
         return metrics, last_state, stop
 
     def plot(self) -> None:
         """``<workdir>/progress.png`` (``log.plot``; local workdirs; a failing plot only warns)."""
-        from harness_jax.paths import is_local
-
-        if not self.config.log.plot or not is_local(self.ctx.paths.root):
+        if not self.spec.log.plot or not is_local(self.ctx.paths.root):
             return
         try:
             self.ctx.writer.flush()
@@ -284,23 +286,20 @@ class Trainer:
             logging.warning("progress plot failed: %s", e)
 
     def _finish(self, preempted: bool, last_state: dict) -> dict:
-        c = self.config
         if not preempted:
             self.evaluate("final")
             self.save(last_state)
-            if c.ckpt.export_hf:
+            if self.spec.ckpt.export_hf:
                 self._export_hf()
         self.plot()
         summary = {"step": self.step, "policy_version": self.ctx.learner.policy_version,
                    "preempted": preempted, "resumed_from": self.resumed_from,
                    "eval": self.history["eval"], "sft": self.history.get("sft"),
-                   **{e.name: e.summary() for e in self.extensions}}
+                   **{e.name: e.summary() for e in self.ext}}
         workdir_lib.write_json(self.ctx.paths.summary, summary)
         return summary
 
     def _export_hf(self) -> None:
-        from harness_jax.models import qwen3_5
-
         model, tok = self.ctx.learner.model(), self.ctx.tokenizer
 
         def write(d):
@@ -309,12 +308,12 @@ class Trainer:
         workdir_lib.write_dir(self.ctx.paths.hf_final, write)
 
     def close(self) -> None:
+        """Closes the checkpointer and the extensions (the run context is its builder's)."""
         try:
             self.ckpt.close()
-            for ext in self.extensions:
-                ext.close()
         finally:
-            self.ctx.close()
+            for e in self.ext:
+                e.close()
 
 
 def _throughput(steps: list[dict], peak_flops: float, num_devices: int) -> dict:
@@ -348,96 +347,6 @@ def _rollout_metrics(batch: Batch, episodes, segments, adv: dict, hist: dict) ->
         "staleness/admission_lag": float(batch.step - batch.collect_started_version),
     }
     out.update({f"staleness/hist_{lag}": float(n) for lag, n in hist.items()})
-    return out
-
-
-class _AsyncProducer:
-    """Collects rollout batches on a background thread, admission-bounded by staleness.
-
-    Batch i may start only when ``i - learner_steps_done <= max_staleness``; since collection
-    starts with the weights of version >= i - max_staleness, every episode's lag at train time is
-    at most ``max_staleness``. Finished batches are never discarded.
-    """
-
-    def __init__(self, collect: Callable[[int], Batch], stream: TaskStream, num_steps: int, max_staleness: int):
-        self._collect = collect
-        self._stream = stream
-        self._num_steps = int(num_steps)
-        self.k = int(max_staleness)
-        self._q: "queue.Queue[Any]" = queue.Queue()
-        self._cv = threading.Condition()
-        self._done = 0
-        self._closed = False
-        self._pending_states: list[dict] = []   # stream states of batches produced, not yet trained
-        self._thread: Optional[threading.Thread] = None
-
-    def start(self, first_step: int) -> None:
-        self._done = first_step
-        self._thread = threading.Thread(target=self._work, args=(first_step,), daemon=True,
-                                        name="rollout-producer")
-        self._thread.start()
-
-    def _work(self, first: int) -> None:
-        from harness_jax.envs import registry
-        try:
-            with registry.training_scope("rollout-producer"):
-                for i in range(first, self._num_steps):
-                    with self._cv:
-                        self._cv.wait_for(lambda: self._closed or i - self._done <= self.k)
-                        if self._closed:
-                            return
-                    batch = self._collect(i)
-                    with self._cv:
-                        self._pending_states.append(batch.stream_state_before)
-                    self._q.put(batch)
-        except BaseException as e:  # surface the producer's failure in the learner thread
-            self._q.put(e)
-
-    def get(self) -> Batch:
-        item = self._q.get()
-        if isinstance(item, BaseException):
-            raise RuntimeError(f"rollout producer failed: {item!r}") from item
-        return item
-
-    def step_done(self, steps_done: int) -> None:
-        with self._cv:
-            self._done = steps_done
-            if self._pending_states:
-                self._pending_states.pop(0)
-            self._cv.notify_all()
-
-    def resume_state(self) -> dict:
-        """Stream position before the oldest batch not yet trained on (collected batches in
-        flight are re-collected after a restart: same tasks, fresh rollouts)."""
-        with self._cv:
-            return self._pending_states[0] if self._pending_states else self._stream.state()
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=600)
-
-
-# ---------------------------------------------------------------------------------------------
-def train(config, workdir, **kw) -> dict:
-    """Build, run and close one training run (the launcher's entry point)."""
-    trainer = Trainer(config, workdir, **kw)
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "/"))
-        else:
-            out[key] = v
     return out
 
 

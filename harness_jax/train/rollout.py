@@ -18,18 +18,31 @@ import threading
 import time
 from typing import Callable, Optional
 
+from harness_jax.harness import presets, sandbox, store as store_lib
+from harness_jax.harness.executor import Executor
+from harness_jax.harness.overlay import Overlay
+from harness_jax.harness.siblings import Sibling
+from harness_jax.sampling import JaxEngine, SGLangClient, tokenizer as tokenizer_lib
+from harness_jax.rl import policy
+from harness_jax.train import task_tokenizer
 from harness_jax.train.groups import Episode
 
 
-def load_tokenizer(config, tokenizer_dir=None):
-    """The Qwen3.5 tokenizer (or the HF checkpoint's own), or with ``model.tokenizer="task_bpe"``
-    a small byte-level BPE trained on the environment's training text, kept in
-    ``tokenizer_dir`` (see task_tokenizer)."""
-    if config.model.tokenizer == "task_bpe":
-        from harness_jax.train import task_tokenizer
-        return task_tokenizer.load_or_train(config, tokenizer_dir)
-    from harness_jax.sampling.tokenizer import load_tokenizer as _load
-    return _load(config.model.hf_path or None, cache_dir=config.model.tokenizer_cache_dir or None)
+# -------------------------------------------------------------------------------- tokenizers
+def _qwen_tokenizer(run, tokenizer_dir):
+    return tokenizer_lib.load_tokenizer(run.model.hf_path or None, cache_dir=run.model.tokenizer_cache_dir or None)
+
+
+TOKENIZERS = {                            # model.tokenizer -> loader(run, tokenizer_dir)
+    "qwen": _qwen_tokenizer,              # the Qwen3.5 vocabulary (or hf_path's own)
+    "task_bpe": task_tokenizer.load_or_train,  # a small BPE trained on the environment's train text
+}
+
+
+def load_tokenizer(run, tokenizer_dir=None):
+    """The policy's tokenizer (``model.tokenizer``, ``TOKENIZERS``); ``task_bpe`` keeps the one
+    it trains in ``tokenizer_dir`` (see ``task_tokenizer``). ``run``: ``train.spec.RunSpec``."""
+    return TOKENIZERS[run.model.tokenizer](run, tokenizer_dir)
 
 
 # ---------------------------------------------------------------------------------- engines
@@ -73,23 +86,32 @@ def _run_coro(coro):
     raise RuntimeError("weight sync is called from the learner thread, never inside an event loop")
 
 
-def build_engine(config, model, tokenizer, *, sync_dir: str, version: int = 0):
-    """``(engine, sync)`` for the configured rollout mode. Colocated: an embedded engine serving
-    ``model`` (which it keeps: pass a copy of parameters that will be donated). Disaggregated: a
-    client of ``rollout.server_urls``; the servers get weights at the first ``sync(model, v)``."""
-    r = config.rollout
-    if r.mode == "colocated":
-        from harness_jax.sampling import JaxEngine
-        from harness_jax.train.builders import DTYPES
-        engine = JaxEngine(model, max_slots=r.max_slots, max_len=r.max_len, tokenizer=tokenizer,
-                           eos_token_ids=_eos_ids(tokenizer), seed=config.seed, weight_version=version,
-                           prefill_buckets=prefill_buckets(r.prefill_buckets, r.max_len),
-                           decode_steps=r.decode_steps, cache_dtype=DTYPES[r.cache_dtype])
-        return engine, ColocatedSync(engine)
-    from harness_jax.sampling.sglang_client import SGLangClient
+def _colocated(r, model, tokenizer, *, seed: int, sync_dir: str, version: int):
+    engine = JaxEngine(model, max_slots=r.max_slots, max_len=r.max_len, tokenizer=tokenizer,
+                       eos_token_ids=_eos_ids(tokenizer), seed=seed, weight_version=version,
+                       prefill_buckets=prefill_buckets(r.prefill_buckets, r.max_len),
+                       decode_steps=r.decode_steps, cache_dtype=policy.DTYPES[r.cache_dtype])
+    return engine, ColocatedSync(engine)
+
+
+def _disaggregated(r, model, tokenizer, *, seed: int, sync_dir: str, version: int):
     client = SGLangClient(list(r.server_urls), max_concurrency=r.concurrency, timeout_s=r.request_timeout_s,
                           weight_version=version)
     return client, DiskSync(client, sync_dir)
+
+
+ENGINES = {                               # rollout.mode -> builder(rollout, model, tokenizer, ...)
+    "colocated": _colocated,              # the embedded JaxEngine on the learner's devices
+    "disaggregated": _disaggregated,      # SGLang-API servers, weights through HF exports
+}
+
+
+def build_engine(rollout, model, tokenizer, *, seed: int, sync_dir: str, version: int = 0):
+    """``(engine, sync)`` for the ``rollout`` section's mode (``ENGINES``). Colocated: an
+    embedded engine serving ``model`` (which it keeps: pass a copy of parameters that will be
+    donated). Disaggregated: a client of ``rollout.server_urls``; the servers get weights at the
+    first ``sync(model, v)``."""
+    return ENGINES[rollout.mode](rollout, model, tokenizer, seed=seed, sync_dir=sync_dir, version=version)
 
 
 def prefill_buckets(buckets, max_len: int) -> tuple:
@@ -98,44 +120,41 @@ def prefill_buckets(buckets, max_len: int) -> tuple:
 
 
 def _eos_ids(tokenizer):
-    from harness_jax.sampling.tokenizer import special_token_ids
-    ids = special_token_ids(tokenizer)
+    ids = tokenizer_lib.special_token_ids(tokenizer)
     return (ids["<|im_end|>"], ids["<|endoftext|>"])
 
 
 # ---------------------------------------------------------------------------------- harness
-def base_harness(config, spec: Optional[str] = None):
+def base_harness(run, spec: Optional[str] = None):
     """H0 (or ``spec``, default ``harness.spec``: a JSON/YAML file or a registered name) for the
     run's env and protocol, with the run's limits (turns, tokens, context, sampling)."""
-    from harness_jax.harness import presets
-
-    spec = config.harness.spec if spec is None else spec
-    h = presets.resolve(spec, config.env.name, config.env.protocol)
-    r = config.rollout
+    spec = run.harness.spec if spec is None else spec
+    h = presets.resolve(spec, run.env.name, run.env.protocol)
+    r = run.runner
     rules = dataclasses.replace(h.rules, max_tokens_per_turn=int(r.max_new_tokens),
-                                **({"max_turns": int(config.env.max_turns)} if config.env.max_turns > 0 else {}))
+                                **({"max_turns": int(run.env.max_turns)} if run.env.max_turns > 0 else {}))
     memory = dataclasses.replace(h.memory, max_context_tokens=int(r.max_len))
-    return dataclasses.replace(h, rules=rules, memory=memory, **sampling_settings(config))
+    return dataclasses.replace(h, rules=rules, memory=memory, **sampling_settings(r))
 
 
-def sampling_settings(config) -> dict:
-    """The run's sampling settings (what the learner's log-probabilities assume)."""
-    r = config.rollout
+def sampling_settings(r) -> dict:
+    """The run's sampling settings (what the learner's log-probabilities assume); ``r``:
+    ``train.spec.RunnerSpec``."""
     return dict(temperature=float(r.temperature), top_p=float(r.top_p), top_k=int(r.top_k),
-                enable_thinking=bool(config.harness.thinking))
+                enable_thinking=bool(r.thinking))
 
 
-def sibling_spec(spec, config):
-    """A sibling's spec as this run executes it: the run's sampling settings replace the
-    sibling's own (the learner recomputes log-probabilities at ``rollout.temperature``, so a
-    helper's tokens must be sampled at it), and the engine's budgets cap its turn and context
-    lengths. Everything else (prompts, rules, turn limit, memory policy) stays the sibling's."""
-    r = config.rollout
+def sibling_spec(spec, r):
+    """A sibling's spec as this run executes it (``r``: ``train.spec.RunnerSpec``): the run's
+    sampling settings replace the sibling's own (the learner recomputes log-probabilities at
+    ``rollout.temperature``, so a helper's tokens must be sampled at it), and the engine's budgets
+    cap its turn and context lengths. Everything else (prompts, rules, turn limit, memory policy)
+    stays the sibling's."""
     rules = dataclasses.replace(spec.rules, max_tokens_per_turn=min(int(spec.rules.max_tokens_per_turn),
                                                                     int(r.max_new_tokens)))
     memory = dataclasses.replace(spec.memory, max_context_tokens=min(int(spec.memory.max_context_tokens),
                                                                      int(r.max_len)))
-    out = dataclasses.replace(spec, rules=rules, memory=memory, **sampling_settings(config))
+    out = dataclasses.replace(spec, rules=rules, memory=memory, **sampling_settings(r))
     return spec if out == spec else out
 
 
@@ -147,12 +166,9 @@ def with_temperature(harness, temperature: float):
     return dataclasses.replace(harness, temperature=float(temperature))
 
 
-def open_store(config, traces_dir: Optional[str]):
-    """The append-only trajectory store in ``traces_dir`` (None when ``log.store_traces`` is off)."""
-    if not config.log.store_traces:
-        return None
-    from harness_jax.harness import store as store_lib
-    return store_lib.TrajectoryStore(traces_dir)
+def open_store(traces_dir: Optional[str]):
+    """The append-only trajectory store in ``traces_dir`` (None: ``log.store_traces`` is off)."""
+    return store_lib.TrajectoryStore(traces_dir) if traces_dir else None
 
 
 def to_episode(traj, task) -> Episode:
@@ -181,28 +197,24 @@ class EpisodeRunner:
 
     Concurrency over all calls on one event loop is capped by ``rollout.concurrency``; the
     engine batches whatever is in flight. Episodes with infrastructure errors are returned
-    flagged (the loop excludes them from groups and metrics). ``backend``: the episode workers
-    (``harness.workers.from_config``; None runs episodes on the caller's event loop).
+    flagged (the loop excludes them from groups and metrics). ``spec``:
+    ``train.spec.RunnerSpec``. ``backend``: the episode workers (``harness.workers.create``; None
+    runs episodes on the caller's event loop).
     """
 
-    def __init__(self, config, engine, env_factory, tokenizer, store=None, backend=None, *,
+    def __init__(self, spec, engine, env_factory, tokenizer, store=None, backend=None, *,
                  pool_version: str = ""):
-        from harness_jax.harness import sandbox
-
-        self.config = config
+        self.spec = spec
         self.engine = engine
         self.env_factory = env_factory
         self.tokenizer = tokenizer
         self.store = store
         self.backend = backend
-        self.run_id = config.name
-        self.env_name = config.env.name
-        self.concurrency = int(config.rollout.concurrency)
+        self.run_id = spec.run_id
+        self.env_name = spec.env_name
+        self.concurrency = int(spec.concurrency)
         self.pool_version = pool_version
-        h = config.harness
-        self._executor_kw = dict(infra_retries=int(h.infra_retries), hook_timeout_s=float(h.hook_timeout_s),
-                                 overlay_workers=int(h.overlay_workers))
-        sandbox.configure_default_sandbox(int(h.hook_workers))
+        sandbox.configure_default_sandbox(int(spec.hook_workers))
         self._sems: dict = {}
         self._overlays: dict = {}          # sibling id -> Overlay (one worker pool each)
         self._specs: dict = {}             # sibling id -> its spec under the run's settings
@@ -210,19 +222,16 @@ class EpisodeRunner:
 
     def resolve(self, harness):
         """``(spec, overlay or None)`` the executor runs for ``harness`` (a spec or a Sibling)."""
-        from harness_jax.harness.overlay import Overlay
-        from harness_jax.harness.siblings import Sibling
-
         if not isinstance(harness, Sibling):
             return harness, None
         sid = harness.sibling_id
         with self._lock:
             if sid not in self._specs:
-                self._specs[sid] = sibling_spec(harness.spec, self.config)
+                self._specs[sid] = sibling_spec(harness.spec, self.spec)
                 if harness.patch is not None:
+                    ex = self.spec.executor
                     self._overlays[sid] = Overlay(harness.patch, env_name=self.env_name,
-                                                  timeout_s=self._executor_kw["hook_timeout_s"],
-                                                  workers=self._executor_kw["overlay_workers"])
+                                                  timeout_s=ex.hook_timeout_s, workers=ex.overlay_workers)
             return self._specs[sid], self._overlays.get(sid)
 
     def close(self) -> None:
@@ -242,15 +251,13 @@ class EpisodeRunner:
 
     async def run(self, task, harness, n: int, group_id: str, *, seed: int = 0, engine=None,
                   temperature: Optional[float] = None, store: bool = True) -> list[Episode]:
-        from harness_jax.harness.executor import Executor, ExecutorConfig
-
         spec, overlay = self.resolve(harness)
         h = spec if temperature is None else with_temperature(spec, temperature)
         meta = {"pool_version": self.pool_version} if self.pool_version else {}
         if spec is not harness:            # a sibling: its pool id, not that of the run's copy
             meta["sibling_id"] = harness.sibling_id
         ex = Executor(engine or self.engine, self.env_factory, h, tokenizer=self.tokenizer, overlay=overlay,
-                      config=ExecutorConfig(concurrency=max(n, 1), seed=int(seed), **self._executor_kw),
+                      config=dataclasses.replace(self.spec.executor, concurrency=max(n, 1), seed=int(seed)),
                       run_id=self.run_id, store=self.store if store else None, env_name=self.env_name,
                       backend=self.backend, episode_meta=meta)
         sem = self._sem()

@@ -15,21 +15,34 @@ starts from), and is pushed to the rollout engine.
 SFT cache (``sft.cache_dir``): a finished warm start is also published, read-only in spirit, as
 ``<cache_dir>/sft-<key>/`` (its Orbax checkpoint plus ``key.json``); a later run whose key is
 the same copies it into its own ``sft_checkpoints/`` and skips recording and training. The key
-(``sft_cache_key``) hashes the whole config except the fields that cannot change the warm start
-(run name, GRPO-only settings, evaluation, checkpointing, logging, Harness-S) plus the
+(``sft_cache_key``) hashes the resolved spec except what cannot change the warm start (run name,
+GRPO-only settings, evaluation, checkpointing, logging, the methods' sections) plus the
 tokenizer's vocabulary, so a GRPO-only control and a Harness-S run of the same preset share one
 warm start. It covers the config, not the code: clear the cache after changing SFT code.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
 from absl import logging
 
+from harness_jax.envs.base import ToolCall
+from harness_jax.envs.dbbench.env import oracle_reply
+from harness_jax.rl import sft
+from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
+from harness_jax.rl.learner import Learner
+from harness_jax.sampling.chat import render_tool_call
+from harness_jax.sampling.tokenizer import special_token_ids
 from harness_jax.sampling.types import FINISH_STOP, GenerateRequest, GenerateResult, RolloutEngine
-from harness_jax.train import builders, telemetry
+from harness_jax.train import builders
 
 
 class DemoEngine(RolloutEngine):
@@ -61,30 +74,25 @@ class DemoEngine(RolloutEngine):
                               prompt_tokens=len(request.input_ids))
 
 
-def demo_replies(config, task) -> list[str]:
-    """Oracle replies of the environment, rendered as assistant text in ``env.protocol``."""
-    if config.env.name != "dbbench":
-        raise ValueError(f"config.env.name={config.env.name!r}: SFT warm start has gold demonstrations "
+def demo_replies(env, task) -> list[str]:
+    """Oracle replies of the environment (``train.spec.EnvSpec``), rendered as assistant text in
+    ``env.protocol``."""
+    if env.name != "dbbench":
+        raise ValueError(f"config.env.name={env.name!r}: SFT warm start has gold demonstrations "
                          "for 'dbbench' only; set --config.sft.enabled=False")
-    from harness_jax.envs.base import ToolCall
-    from harness_jax.envs.dbbench.env import oracle_reply
-    from harness_jax.sampling.chat import render_tool_call
-
     return [render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r
-            for r in oracle_reply(task.data, protocol=config.env.protocol)]
+            for r in oracle_reply(task.data, protocol=env.protocol)]
 
 
 async def record_demonstrations(ctx, tasks) -> list:
     """One demonstration episode per task, at most ``sft.demo_concurrency`` at a time."""
-    from harness_jax.sampling.tokenizer import special_token_ids
-
     end = special_token_ids(ctx.tokenizer)["<|im_end|>"]
-    sem = asyncio.Semaphore(int(ctx.config.sft.demo_concurrency))
-    bar = telemetry.Progress(len(tasks), 0, ctx.config.log.progress_bar, desc="sft demos")
+    sem = asyncio.Semaphore(int(ctx.spec.sft.demo_concurrency))
+    bar = ctx.console.bar(len(tasks), "sft demos")
 
     async def one(i, task):
         async with sem:
-            eng = DemoEngine(ctx.tokenizer, demo_replies(ctx.config, task), end)
+            eng = DemoEngine(ctx.tokenizer, demo_replies(ctx.spec.env, task), end)
             eps = await ctx.runner.run(task, ctx.harness, 1, f"demo-{i}", seed=i, engine=eng,
                                        temperature=0.0, store=False)
             bar.update(1)
@@ -100,17 +108,16 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     """Records the demonstrations, runs (or resumes) ``sft.steps`` SFT steps and installs the
     result in ``ctx.learner`` (parameters and KL reference) and the engine. Returns a summary;
     ``summary["finished"]`` is False when ``should_stop()`` ended it early (after a checkpoint)."""
-    c = ctx.config
-    s = c.sft
+    s, env = ctx.spec.sft, ctx.spec.env
     cached = load_cached(ctx)
     if cached is not None:
         return cached
     t0 = time.perf_counter()
-    tasks = builders.load_tasks(c, c.env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
+    tasks = builders.load_tasks(env, env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
     episodes = asyncio.run(record_demonstrations(ctx, tasks))
     good = [e for e in episodes if e.success and not e.infra_error]
     record_s = time.perf_counter() - t0
-    logging.info("SFT demos: %d/%d gold demonstrations succeed (%.1fs)", len(good), len(episodes), record_s)
+    ctx.console.line(f"SFT demos: {len(good)}/{len(episodes)} gold demonstrations succeed ({record_s:.1f}s)")
     if not good:
         raise RuntimeError("SFT warm start: no gold demonstration succeeded in the environment; the "
                            "oracle/environment pairing is broken (check config.env)")
@@ -129,28 +136,26 @@ def train_segments(ctx, segments, *, should_stop: Optional[Callable[[], bool]] =
 
     ``agg``: the SFT loss normalisation (``rl.sft``): ``"token_mean"`` per batch, or
     ``"dataset_token_mean"`` (the data set's response-token mean; the denominator is computed
-    here from ``segments``). Returns the summary (``finished`` False when stopped early)."""
-    from harness_jax.rl import sft
-    from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
-    from harness_jax.rl.learner import Learner
-
-    c, s = ctx.config, ctx.config.sft
+    here from ``segments``). ``on_step(step, metrics)`` after every SFT step. Returns the
+    summary (``finished`` False when stopped early)."""
+    s = ctx.spec.sft
     norm = sft.dataset_token_norm(segments, int(s.batch_size)) if agg == "dataset_token_mean" else 1.0
     learner = Learner(ctx.learner.model(ctx.learner.params_copy()),
-                      builders.learner_config(c, "sft", peak_flops=ctx.peak_flops, sft_agg=agg,
-                                              sft_norm_constant=norm),
-                      mesh=ctx.mesh, rules=ctx.rules)
-    batches = sft.SFTBatches(segments, builders.sft_config(c, len(segments), learner.row_multiple),
-                             row_multiple=learner.row_multiple)
+                      ctx.sft_learner_config(agg=agg, norm_constant=norm), mesh=ctx.mesh, rules=ctx.rules)
+    batches = sft.SFTBatches(segments, sft.SFTConfig.for_steps(
+        int(s.steps), len(segments), int(s.batch_size), seed=int(ctx.spec.seed) + int(s.seed_offset),
+        pack=ctx.pack_config(learner.row_multiple)), row_multiple=learner.row_multiple)
     ckpt = Checkpointer(CheckpointConfig(ctx.paths.sft_checkpoints, max_to_keep=1,
                                          save_interval_steps=int(s.ckpt_every_steps), save_on_sigterm=False))
     resumed_from = ckpt.latest_step()
     t_train = time.perf_counter()
-    bar = telemetry.Progress(batches.total_steps, int(resumed_from or 0), c.log.progress_bar, desc="sft")
-    log_step = _log_every(10, batches.total_steps)
+    bar = ctx.console.bar(batches.total_steps, "sft", initial=int(resumed_from or 0))
+    log_step = _log_every(ctx.console, 10, batches.total_steps)
 
     def step_done(step, m):
-        (on_step or log_step)(step, m)
+        log_step(step, m)
+        if on_step is not None:
+            on_step(step, m)
         bar.update(1, nll=float(m["nll"]))
     try:
         history = sft.train_sft(learner, batches, checkpointer=ckpt, writer=ctx.writer, should_stop=should_stop,
@@ -172,34 +177,21 @@ def train_segments(ctx, segments, *, should_stop: Optional[Callable[[], bool]] =
 
 
 # ------------------------------------------------------------------------------------ SFT cache
-# Fields that cannot change the warm start's result (everything else is in the key).
-_NOT_IN_KEY = {
-    "": ("name", "num_steps", "eval", "ckpt", "log", "harness_s"),
-    "sft": ("cache_dir", "ckpt_every_steps", "demo_concurrency"),
-    "opt": ("lr", "schedule", "warmup_steps"),               # GRPO's (SFT has its own)
-    "env": ("eval_split",),
-    "harness": ("infra_retries", "hook_timeout_s", "hook_workers", "overlay_workers"),
-    "rollout": ("mode", "server_urls", "sync_dir", "sync_every", "request_timeout_s", "max_slots",
-                "prefill_buckets", "decode_steps", "cache_dtype", "temperature", "top_p", "top_k",
-                "concurrency"),                          # demonstrations are replayed, not sampled
-    "rl": ("group_size", "tasks_per_step", "eps_low", "eps_high", "dual_clip", "tis_mode", "tis_cap",
-           "tis_low", "tis_high", "agg", "norm_constant", "adv_eps", "adv_scale", "adv_baseline",
-           "kl_coef", "kl_estimator", "kl_clamp", "entropy_coef", "epochs", "mini_batches",
-           "recompute_old_logp", "dynamic_sampling", "max_oversample_rounds", "async_mode",
-           "max_staleness"),
-}
-
-
-def sft_cache_key(config, tokenizer) -> tuple[str, dict]:
-    """``(key, keyed fields)`` of the warm start ``config`` describes with ``tokenizer``."""
-    import hashlib
-    import json
-
-    d = config.to_dict()
-    for section, names in _NOT_IN_KEY.items():
-        node = d if not section else d.get(section, {})
-        for n in names:
-            node.pop(n, None)
+def sft_cache_key(run, tokenizer) -> tuple[str, dict]:
+    """``(key, keyed fields)`` of the warm start ``run`` (``train.spec.RunSpec``) describes with
+    ``tokenizer``: what can change the recorded demonstrations and the SFT steps."""
+    e, rl, opt, r = run.env, run.rl, run.opt, run.rollout
+    d = {"seed": run.seed, "model": dataclasses.asdict(run.model), "mesh": dataclasses.asdict(run.mesh),
+         "env": {"name": e.name, "protocol": e.protocol, "train_split": e.train_split, "num_tasks": e.num_tasks,
+                 "task_seed": e.task_seed, "max_turns": e.max_turns, "taskset": dataclasses.asdict(e.taskset),
+                 "env_kwargs": dict(e.env_kwargs), "split_kwargs": dict(e.split_kwargs)},
+         "harness": {"spec": run.harness.spec, "thinking": run.harness.thinking},
+         "rollout": {"max_len": r.max_len, "max_new_tokens": r.max_new_tokens},
+         "rl": {k: getattr(rl, k) for k in ("micro_batches", "pack_len", "pack_buckets", "pad_token_id",
+                                            "logit_chunk")},
+         "opt": {k: getattr(opt, k) for k in ("end_lr_ratio", "b1", "b2", "eps", "weight_decay", "grad_clip")},
+         "sft": {k: v for k, v in dataclasses.asdict(run.sft).items()
+                 if k not in ("cache_dir", "ckpt_every_steps", "demo_concurrency")}}
     vocab = sorted(tokenizer.get_vocab().items())
     d["tokenizer_vocab_sha256"] = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
     text = json.dumps(d, sort_keys=True, default=str)
@@ -208,20 +200,15 @@ def sft_cache_key(config, tokenizer) -> tuple[str, dict]:
 
 def cache_entry(ctx) -> Optional[str]:
     """``<sft.cache_dir>/sft-<key>`` of this run (None when the cache is off)."""
-    import os
-
-    if not ctx.config.sft.cache_dir:
+    if not ctx.spec.sft.cache_dir:
         return None
-    key, _ = sft_cache_key(ctx.config, ctx.tokenizer)
-    return os.path.join(os.path.abspath(os.path.expanduser(ctx.config.sft.cache_dir)), f"sft-{key}")
+    key, _ = sft_cache_key(ctx.spec, ctx.tokenizer)
+    return os.path.join(os.path.abspath(os.path.expanduser(ctx.spec.sft.cache_dir)), f"sft-{key}")
 
 
 def load_cached(ctx) -> Optional[dict]:
     """A cached warm start copied into this run and installed (learner, KL reference, engine), or
     None when the cache is off or has no entry for this run's key."""
-    import os
-    import shutil
-
     entry = cache_entry(ctx)
     if entry is None or not os.path.exists(os.path.join(entry, "DONE")):
         return None
@@ -238,11 +225,6 @@ def load_cached(ctx) -> Optional[dict]:
 def publish(ctx) -> Optional[str]:
     """Copies this run's finished warm start into the cache (atomically: a temporary directory
     renamed into place; an entry that already exists is kept)."""
-    import json
-    import os
-    import shutil
-    import tempfile
-
     entry = cache_entry(ctx)
     if entry is None or os.path.exists(entry):
         return entry
@@ -251,7 +233,7 @@ def publish(ctx) -> Optional[str]:
     try:
         shutil.copytree(str(ctx.paths.sft_checkpoints), os.path.join(tmp, "checkpoints"))
         with open(os.path.join(tmp, "key.json"), "w") as f:
-            json.dump(sft_cache_key(ctx.config, ctx.tokenizer)[1], f, indent=1, sort_keys=True, default=str)
+            json.dump(sft_cache_key(ctx.spec, ctx.tokenizer)[1], f, indent=1, sort_keys=True, default=str)
         open(os.path.join(tmp, "DONE"), "w").close()
         os.rename(tmp, entry)
         logging.info("SFT warm start cached at %s", entry)
@@ -262,8 +244,8 @@ def publish(ctx) -> Optional[str]:
     return entry
 
 
-def _log_every(n: int, total: int):
+def _log_every(console, n: int, total: int):
     def log(step: int, m: dict) -> None:
         if step % n == 0 or step == total:
-            logging.info("sft step %d/%d: nll %.4f", step, total, m["nll"])
+            console.line(f"sft step {step}/{total}: nll {m['nll']:.4f}  {m.get('tokens_per_s', 0.0):.0f} tok/s")
     return log

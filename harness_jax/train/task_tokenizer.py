@@ -28,32 +28,33 @@ from typing import Iterable
 from absl import logging
 from etils import epath
 
-from harness_jax.config_schema import TOKENIZER_PRETOKENIZERS as PRETOKENIZERS
+from harness_jax.envs.dbbench.env import oracle_reply
+from harness_jax.harness import presets
+from harness_jax.paths import resolve
+from harness_jax.train import builders, sft_warmstart, workdir
 
+PRETOKENIZERS = ("bytelevel", "isolate")   # model.tokenizer_pretokenizer (``pre_tokenizer``)
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
                   "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 CORPUS_TASKS = 300
 ISOLATE_PATTERN = r"\s|[^\w\s]"    # one whitespace or one punctuation character per pre-token
 
 
-def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
+def training_corpus(run, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
     """Text of the environment's training interactions: instruction, task prompts, oracle replies
-    and the observations they produce (oracle episodes run in the real environment)."""
-    from harness_jax.train import builders
-
-    make_env = builders.env_factory(config)
-    env = make_env()
+    and the observations they produce (oracle episodes run in the real environment). ``run``:
+    ``train.spec.RunSpec``."""
+    e = run.env
+    env = builders.env_factory(e)()
     yield str(getattr(env, "instruction", "") or "")
     for spec in env.tool_specs() or []:
         yield str(spec)
-    tasks = builders.load_tasks(config, config.env.train_split, n=n_tasks, seed_offset=7919)
+    tasks = builders.load_tasks(e, e.train_split, n=n_tasks, seed_offset=7919)
     for task in tasks:
         yield env.reset(task)
-        if config.env.name != "dbbench":
+        if e.name != "dbbench":
             continue
-        from harness_jax.envs.dbbench.env import oracle_reply
-        from harness_jax.train.sft_warmstart import demo_replies
-        for text, action in zip(demo_replies(config, task), oracle_reply(task.data, protocol=config.env.protocol)):
+        for text, action in zip(sft_warmstart.demo_replies(e, task), oracle_reply(task.data, protocol=e.protocol)):
             yield text
             res = env.step(action)
             yield res.observation
@@ -61,8 +62,7 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
                 break
     env.close()
     # the base harness's fixed texts (a custom H0's instruction, when config.harness.spec is set)
-    from harness_jax.harness import presets
-    h = presets.resolve(config.harness.spec, config.env.name, config.env.protocol)
+    h = presets.resolve(run.harness.spec, e.name, e.protocol)
     yield h.system_prompt
     for m in h.preamble:
         yield m["content"]
@@ -70,11 +70,11 @@ def training_corpus(config, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
     yield "Your reply could not be parsed. Action: Operation Action: Answer Final Answer: []"
 
 
-def train(config, out_dir, vocab_size: int):
-    """Trains the tokenizer on ``training_corpus(config)`` and saves it to ``out_dir`` (a path or
+def train(run, out_dir, vocab_size: int):
+    """Trains the tokenizer on ``training_corpus(run)`` and saves it to ``out_dir`` (a path or
     URI)."""
-    return train_bpe(list(training_corpus(config)), out_dir, vocab_size,
-                     pretokenizer=str(config.model.tokenizer_pretokenizer))
+    return train_bpe(list(training_corpus(run)), out_dir, vocab_size,
+                     pretokenizer=str(run.model.tokenizer_pretokenizer))
 
 
 def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes: int = 0,
@@ -86,8 +86,6 @@ def train_bpe(texts: Iterable[str], out_dir, vocab_size: int, *, max_token_bytes
     ``pretokenizer``: ``PRETOKENIZERS`` (module docstring); "isolate" ignores ``max_token_bytes``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-
-    from harness_jax.train import workdir
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizer(pretokenizer, cross_words=bool(max_token_bytes))
@@ -121,11 +119,10 @@ def pre_tokenizer(kind: str, cross_words: bool = False):
 def load(path):
     from transformers import PreTrainedTokenizerFast
 
-    from harness_jax.train import workdir
     return workdir.read_dir(epath.Path(str(path)), PreTrainedTokenizerFast.from_pretrained)
 
 
-def load_or_train(config, tokenizer_dir):
+def load_or_train(run, tokenizer_dir):
     """The task tokenizer kept in ``tokenizer_dir`` (``<workdir>/tokenizer``). On first use it is
     copied from ``model.init_from``'s workdir when that run kept one (its weights index that
     vocabulary), else trained."""
@@ -134,7 +131,7 @@ def load_or_train(config, tokenizer_dir):
     path = epath.Path(str(tokenizer_dir))
     if (path / "tokenizer.json").exists():
         return load(path)
-    src = _init_from_tokenizer(config)
+    src = _init_from_tokenizer(run.model.init_from)
     if src is not None:
         path.mkdir(parents=True, exist_ok=True)
         for f in src.iterdir():
@@ -142,16 +139,13 @@ def load_or_train(config, tokenizer_dir):
                 (path / f.name).write_bytes(f.read_bytes())
         logging.info("task tokenizer copied from model.init_from (%s)", src)
         return load(path)
-    return train(config, path, int(config.model.tokenizer_vocab))
+    return train(run, path, int(run.model.tokenizer_vocab))
 
 
-def _init_from_tokenizer(config):
+def _init_from_tokenizer(init: str):
     """``<model.init_from>/tokenizer`` (a training workdir's task BPE), when it exists."""
-    init = str(config.model.get("init_from", "") or "")
     if not init:
         return None
-    from harness_jax.paths import resolve
-
     root = resolve(init)
     for cand in (root / "tokenizer", root.parent / "tokenizer"):   # a workdir, or its checkpoints/
         if (cand / "tokenizer.json").exists():

@@ -11,6 +11,7 @@ import contextlib
 import sys
 import time
 
+PROGRESS_MODES = ("auto", "on", "off")   # progress bars: only on a TTY, always, never (``Progress``)
 PHASES = ("rollout", "logprob_recompute", "train", "weight_sync", "queue_wait", "eval", "checkpoint")
 
 

@@ -194,31 +194,31 @@ def test_config_taskset_feeds_the_task_builders(built):
     """``config.env.taskset`` points the task builders (the loop's stream and evaluation tasks,
     launch/evaluate.py's split) at a built task set instead of generating, is validated with the
     build command as the fix, and keeps the test split sealed."""
-    from harness_jax import config_validation as cv
-    from harness_jax.train import builders
+    from harness_jax.config_problems import ConfigValidationError
+    from harness_jax.train import builders, spec
 
     data_dir, _ = built
     c = _taskset_config(data_dir)
-    cv.validate(c, num_devices=1)
+    env = spec.resolve(c, num_devices=1).env
     want = {s: [t.task_id for t in registry.load_split("dbbench", s, **KW)] for s in ("train", "selection")}
 
-    src = builders.task_source(c, "train")
+    src = builders.task_source(env, "train")
     assert isinstance(src, tasksets.TaskSetSource) and len(src) == 6
-    assert [t.task_id for t in builders.load_tasks(c, "selection", n=4)] == want["selection"][:4]
+    assert [t.task_id for t in builders.load_tasks(env, "selection", n=4)] == want["selection"][:4]
     with pytest.raises(registry.SealedSplitError):
-        builders.load_tasks(c, "test", n=2)
+        builders.load_tasks(env, "test", n=2)
     with registry.sealed_test_access("test_the_loop_reads_a_configured_task_set"):
-        test_tasks = builders.load_tasks(c, "test", n=5)
+        test_tasks = builders.load_tasks(env, "test", n=5)
     assert len(test_tasks) == 3 and {t.split for t in test_tasks} == {"test"}
 
     c.env.taskset.version = "1.0"
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     assert "X.Y.Z" in {p.path: p for p in ei.value.problems}["env.taskset.version"].fix
     c.env.taskset.version = ""
     c.env.taskset.config = "n999"
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     assert "build_tasksets.py --family=dbbench" in {p.path: p for p in ei.value.problems}["env.taskset.data_dir"].fix
 
 
@@ -226,11 +226,12 @@ def test_config_taskset_feeds_the_task_builders(built):
 def test_the_training_loop_streams_the_configured_task_set(built, tmp_path):
     """The real ``Trainer`` (model, engine, executor) streams the task set's train split in
     ``TaskStream`` order and evaluates on its selection split."""
-    from harness_jax.train import loop
+    from harness_jax.train import context, loop, spec
 
     data_dir, _ = built
     c = _taskset_config(data_dir)
-    trainer = loop.Trainer(c, str(tmp_path / "run"))
+    ctx = context.build(spec.resolve(c), str(tmp_path / "run"))
+    trainer = loop.Trainer(ctx)
     try:
         assert len(trainer.stream) == 6
         assert [t.task_id for t in trainer.stream.take(6)] == \
@@ -239,3 +240,4 @@ def test_the_training_loop_streams_the_configured_task_set(built, tmp_path):
             [t.task_id for t in registry.load_split("dbbench", "selection", **KW)][:c.eval.num_tasks]
     finally:
         trainer.close()
+        ctx.close()

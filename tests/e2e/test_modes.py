@@ -32,6 +32,13 @@ def _base(**kw):
     return c
 
 
+def _trainer(c, work, extensions=()):
+    from harness_jax.train import context, loop, spec
+
+    ctx = context.build(spec.resolve(c, num_devices=1), work, devices=jax.devices()[:1])
+    return loop.Trainer(ctx, extensions), ctx
+
+
 class CountingPostProcessor:
     """A group post-processor that records what it sees and keeps the group (the Harness-S
     rescue hook point)."""
@@ -55,21 +62,28 @@ def test_async_mode_honours_staleness_bound(tmp_path):
     trained at version 1: the lag-1 case is forced, not left to thread timing."""
     import threading
 
-    from harness_jax.train import loop
+    from harness_jax.train.extensions import Extension
 
     c = _base(rl__async_mode=True, rl__max_staleness=1)
     c.num_steps = 3
     pp = CountingPostProcessor()
     selected = []
 
-    def selector(task, step):
-        selected.append(step)
-        return trainer.ctx.harness
+    class Hooks(Extension):
+        """The two hook points through the extension interface (what Harness-S plugs into)."""
 
-    trainer = loop.Trainer(c, str(tmp_path), post_processors=[pp], harness_selector=selector,
-                           devices=jax.devices()[:1])
+        def post_processors(self, run):
+            return [pp]
+
+        def harness_selector(self, run):
+            def selector(task, step):
+                selected.append(step)
+                return run.harness
+            return selector
+
+    trainer, ctx = _trainer(c, str(tmp_path), [Hooks()])
     batch1_collected = threading.Event()
-    real_sync = trainer.ctx.weight_sync
+    real_sync = ctx.weight_sync
 
     def gated_sync(model, version):
         if version == 1:
@@ -81,11 +95,12 @@ def test_async_mode_honours_staleness_bound(tmp_path):
             batch1_collected.set()
 
     pp.on_group = on_group
-    trainer.ctx.weight_sync = gated_sync
+    ctx.weight_sync = gated_sync
     try:
         summary = trainer.run()
     finally:
         trainer.close()
+        ctx.close()
     assert summary["step"] == 3 and summary["policy_version"] == 3
     hists = [{int(k): v for k, v in h.items()} for h in trainer.history["staleness"]]
     n = c.rl.tasks_per_step * c.rl.group_size
@@ -109,7 +124,8 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
     from harness_jax.sampling import JaxEngine
     from harness_jax.sampling.sglang_client import SGLangClient
     from harness_jax.sampling.types import GenerateRequest, SamplingParams
-    from harness_jax.train import builders, loop, task_tokenizer
+    from harness_jax.rl import policy
+    from harness_jax.train import spec, task_tokenizer
 
     work = str(tmp_path / "run")
     init = str(tmp_path / "init_hf")
@@ -122,9 +138,10 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
     # a short SFT warm start (synced to the server as well) guarantees the weights change
     c.sft.enabled = True
     c.sft.lr = 1e-2
-    tok = task_tokenizer.load_or_train(c, os.path.join(work, "tokenizer"))
-    mesh = builders.make_mesh(c, jax.devices()[:1])
-    qwen3_5.save_hf(builders.build_model(c, mesh, builders.mesh_rules(c)), init)
+    run = spec.resolve(c, num_devices=1)
+    tok = task_tokenizer.load_or_train(run, os.path.join(work, "tokenizer"))
+    mesh = policy.make_mesh(run.mesh, jax.devices()[:1])
+    qwen3_5.save_hf(policy.build_model(run.model, mesh, policy.mesh_rules(run.mesh)), init)
     tok.save_pretrained(init)
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
     env.pop("XLA_FLAGS", None)
@@ -138,16 +155,17 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
         greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
         client = SGLangClient([url])
         before = client.generate_sync(GenerateRequest(prompt, greedy, "probe-before"))
-        trainer = loop.Trainer(c, work, devices=jax.devices()[:1])
+        trainer, ctx = _trainer(c, work)
         try:
             summary = trainer.run()
             after = client.generate_sync(GenerateRequest(prompt, greedy, "probe-after"))
-            local = JaxEngine(trainer.ctx.learner.model(), max_slots=1, max_len=256)
+            local = JaxEngine(ctx.learner.model(), max_slots=1, max_len=256)
             mine = local.generate_sync(GenerateRequest(prompt, greedy, "probe-local"))
             local.close()
-            n_syncs = trainer.ctx.engine.weight_version
+            n_syncs = ctx.engine.weight_version
         finally:
             trainer.close()
+            ctx.close()
         client.close()
     finally:
         server.terminate()

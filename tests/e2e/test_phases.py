@@ -42,39 +42,49 @@ def _ref(learner):
     return [np.asarray(x) for x in jax.tree.leaves(jax.tree.map(np.asarray, learner.ref_params))]
 
 
+def _trainer(run, wd, dev):
+    from harness_jax.train import context, loop
+
+    ctx = context.build(run, wd, devices=dev)
+    return loop.Trainer(ctx), ctx
+
+
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
-    from harness_jax.train import context, loop, sft_warmstart
+    from harness_jax.train import context, sft_warmstart, spec
 
     c = _config()
+    run = spec.resolve(c, num_devices=1)
     dev = jax.devices()[:1]
     wd = str(tmp_path_factory.mktemp("phases"))
     # 1) a warm start stopped after 2 of 4 steps (checkpointed)
-    ctx = context.build(c, wd, devices=dev)
+    ctx = context.build(run, wd, devices=dev)
     init = _params(ctx.learner)
     calls = []
     stopped = sft_warmstart.warm_start(ctx, should_stop=lambda: calls.append(1) or len(calls) >= 2)
     after_stop = _params(ctx.learner)
     ctx.close()
     # 2) the same command again: the trainer resumes the warm start and installs its result
-    trainer = loop.Trainer(c, wd, devices=dev)
+    trainer, tctx = _trainer(run, wd, dev)
     try:
         summary = trainer.run()
-        trained, ref = _params(trainer.ctx.learner), _ref(trainer.ctx.learner)
+        trained, ref = _params(tctx.learner), _ref(tctx.learner)
     finally:
         trainer.close()
+        tctx.close()
     # 3) a restart from the trainer's checkpoint restores the same reference
-    again = loop.Trainer(c, wd, devices=dev)
-    ref_again = _ref(again.ctx.learner)
+    again, actx = _trainer(run, wd, dev)
+    ref_again = _ref(actx.learner)
     again.close()
+    actx.close()
     # 4) an uninterrupted warm start in another workdir (same tokenizer)
     wd2 = str(tmp_path_factory.mktemp("straight"))
     shutil.copytree(os.path.join(wd, "tokenizer"), os.path.join(wd2, "tokenizer"))
-    ctx2 = context.build(c, wd2, devices=dev)
+    ctx2 = context.build(run, wd2, devices=dev)
     straight = sft_warmstart.warm_start(ctx2)
     straight_params = _params(ctx2.learner)
     ctx2.close()
-    return dict(config=c, workdir=wd, init=init, stopped=stopped, after_stop=after_stop, summary=summary,
+    return dict(config=c, run=run, workdir=wd, init=init, stopped=stopped, after_stop=after_stop, summary=summary,
                 trained=trained, ref=ref, ref_again=ref_again, straight=straight, straight_params=straight_params)
 
 
@@ -102,23 +112,23 @@ def test_kl_reference_is_the_policy_rl_starts_from(phases):
 def test_evaluation_reads_a_model_and_leaves_the_config_alone(phases, tmp_path, monkeypatch):
     """Defect: evaluation built a full Learner with optimizer state to read weights, and unlocked
     and changed the config to switch harness."""
-    from harness_jax.rl import learner as learner_lib
+    from harness_jax.rl import learner as learner_lib, policy
     from harness_jax.train import builders, evaluation
 
-    c = phases["config"]
+    c, run = phases["config"], phases["run"]
 
     def no_learner(*a, **k):
         raise AssertionError("evaluation must not build a Learner")
 
     monkeypatch.setattr(learner_lib.Learner, "__init__", no_learner)
-    tasks = builders.load_tasks(c, "selection", n=1)
-    res = evaluation.evaluate_main(c, str(tmp_path / "eval"), tasks=tasks, checkpoint=phases["workdir"],
+    tasks = builders.load_tasks(run.env, "selection", n=1)
+    res = evaluation.evaluate_main(run, str(tmp_path / "eval"), tasks=tasks, checkpoint=phases["workdir"],
                                    harness="H0", split="selection", out=str(tmp_path / "res.json"))
     assert res["policy"].startswith("orbax:") and res["policy"].endswith("@0")
     assert res["harness"] == "H0" and res["num_tasks"] == 1 and os.path.exists(tmp_path / "res.json")
     assert c.harness.spec == "" and c.is_locked
-    mesh = builders.make_mesh(c, jax.devices()[:1])
-    model, _ = evaluation.policy_model(c, phases["workdir"], mesh, builders.mesh_rules(c))
+    mesh = policy.make_mesh(run.mesh, jax.devices()[:1])
+    model, _ = policy.policy_model(run.model, phases["workdir"], mesh, policy.mesh_rules(run.mesh))
     from flax import nnx
     got = [np.asarray(x) for x in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))]
     for a, b in zip(got, phases["trained"]):

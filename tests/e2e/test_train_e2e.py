@@ -70,7 +70,7 @@ def test_sigterm_saves_and_exits_cleanly(killed_and_resumed):
 
 
 def test_resume_continues_with_same_data_order(killed_and_resumed):
-    from harness_jax.train import builders
+    from harness_jax.train import builders, spec
     from harness_jax.train.data import TaskStream
     from tests.e2e import tiny_e2e_config
 
@@ -85,20 +85,22 @@ def test_resume_continues_with_same_data_order(killed_and_resumed):
     meta = mgr.restore(mgr.latest_step(), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     seen = [tid for step in meta["data_state"]["history"]["task_ids"] for tid in step]
     cfg = tiny_e2e_config.get_config()
-    expected = [t.task_id for t in TaskStream(builders.load_tasks(cfg, "train"), seed=cfg.seed)
+    expected = [t.task_id for t in TaskStream(builders.load_tasks(spec.resolve(cfg, num_devices=1).env, "train"),
+                                              seed=cfg.seed)
                 .take(cfg.rl.tasks_per_step * cfg.num_steps)]
     assert seen == expected
 
 
 def test_metrics_phases_eval_traces_export(killed_and_resumed):
-    from harness_jax.train import builders
+    from harness_jax.rl import policy
+    from harness_jax.train import spec
     from tests.e2e import tiny_e2e_config
 
     r = killed_and_resumed
     wd = r["workdir"]
     steps = _metric_steps(wd)
     assert [int(d["step"]) for d in steps] == [1, 2, 3]
-    model_cfg = builders.model_config(tiny_e2e_config.get_config())
+    model_cfg = policy.model_config(spec.resolve(tiny_e2e_config.get_config(), num_devices=1).model)
     for d in steps:
         for k in ("time/rollout_s", "time/train_s", "time/logprob_recompute_s", "time/weight_sync_s",
                   "rollout/reward_mean", "groups/zero_variance_fraction", "learner/grad_norm"):

@@ -168,14 +168,83 @@ def test_tgc_sgc_and_pass_at_k_over_scenarios():
 
 def test_gpu_preset_validates_and_builds_its_env():
     from experiments.configs import gpu8_qwen35_4b_appworld as preset
-    from harness_jax import config_validation as cv
     from harness_jax.harness.presets import base_harness
+    from harness_jax.train import spec
     c = preset.get_config()
-    cv.validate(c, num_devices=4)
+    run = spec.resolve(c, num_devices=4)
     doc = preset.__doc__
     assert "launch/train.py" in doc and "experiments/configs/gpu8_qwen35_4b_appworld.py" in doc
-    assert "Expected result" in doc and "Memory arithmetic" in doc
+    assert "Expected result" in doc and "Memory:" in doc
     from harness_jax.train import builders
-    env = builders.env_factory(c)()
+    env = builders.env_factory(run.env)()
     assert env.protocol == "function" and env.max_interactions == c.env.max_turns
     assert base_harness(c.env.name, env.protocol).system_prompt == proto.FUNCTION_INSTRUCTION
+
+
+# -- the service's file handling (venv_side/pool.py: standard library only, loadable here) -------
+def _pool():
+    import importlib.util
+    import os
+    import sys
+    path = os.path.join(os.path.dirname(appworld.__file__), "venv_side", "pool.py")
+    if "hj_appworld_pool" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("hj_appworld_pool", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["hj_appworld_pool"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["hj_appworld_pool"]
+
+
+def test_end_state_copy_never_follows_what_the_agent_planted(tmp_path):
+    """The end state is written by the agent's process: links (in the path or as files),
+    FIFOs and oversized states are not copied into the evaluator's root."""
+    import os
+    pool = _pool()
+    secret = tmp_path / "secret"
+    secret.write_text("TOPSECRET")
+    out = tmp_path / "outputs"
+    dbs = out / "exp" / "tasks" / "t_1" / "dbs"
+    dbs.mkdir(parents=True)
+    (dbs / "venmo.jsonl").write_text('["INSERT", [], false]\n')
+    (dbs / "admin.jsonl").symlink_to(secret)
+    os.mkfifo(dbs / "spotify.jsonl")
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    n = pool.copy_untrusted(str(out), ["exp", "tasks", "t_1", "dbs"], str(dst), 1 << 20)
+    assert sorted(os.listdir(dst)) == ["venmo.jsonl"] and n == len('["INSERT", [], false]\n')
+    with pytest.raises(ValueError, match="larger than 10 bytes"):
+        pool.copy_untrusted(str(out), ["exp", "tasks", "t_1", "dbs"], str(tmp_path), 10)
+    (out / "exp" / "tasks" / "t_2").symlink_to(dbs.parent)      # a linked path component
+    with pytest.raises(OSError):
+        pool.copy_untrusted(str(out), ["exp", "tasks", "t_2", "dbs"], str(dst), 1 << 20)
+    assert pool.tail_nofollow(str(dbs / "admin.jsonl")) == "(no log)"
+
+
+def test_a_task_is_installed_alone_and_read_only(tmp_path):
+    import os
+    pool = _pool()
+    data = tmp_path / "data"
+    for tid in ("a_1", "a_2"):
+        (data / "tasks" / tid / "dbs").mkdir(parents=True)
+        (data / "tasks" / tid / "specs.json").write_text("{}")
+        (data / "tasks" / tid / "dbs" / "venmo.jsonl").write_text("")
+        (data / "tasks" / tid / "ground_truth").mkdir()
+        (data / "tasks" / tid / "ground_truth" / "answer.json").write_text("42")
+    private = data / "tasks" / "a_1" / "dbs" / "venmo.jsonl"
+    private.chmod(0o600)                                   # not world-readable: copied 0444
+    root = tmp_path / "root"
+    pool.install_task(str(data), "a_1", str(root / "a_1"), ground_truth=False)
+    assert sorted(os.listdir(root)) == ["a_1"]
+    assert sorted(os.listdir(root / "a_1")) == ["dbs", "specs.json"]
+    copied = root / "a_1" / "dbs" / "venmo.jsonl"
+    assert oct(copied.stat().st_mode & 0o777) == "0o444" and copied.stat().st_ino != \
+        private.stat().st_ino
+    assert (root / "a_1" / "specs.json").stat().st_ino == \
+        (data / "tasks" / "a_1" / "specs.json").stat().st_ino     # world-readable: linked
+    pool.install_task(str(data), "a_2", str(root / "gt"), ground_truth=True)
+    assert (root / "gt" / "ground_truth" / "answer.json").read_text() == "42"
+    sig = pool.tree_signature(str(data))
+    assert sig == pool.tree_signature(str(data))
+    (data / "base_dbs").mkdir()
+    (data / "base_dbs" / "venmo.db").write_text("x")
+    assert pool.tree_signature(str(data)) != sig

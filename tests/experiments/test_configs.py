@@ -1,7 +1,9 @@
-"""Experiment configs: every preset validates, overrides work, bad values are reported with their
+"""Experiment configs: every preset resolves, overrides work, bad values are reported with their
 path and fix, all at once, before anything is built or compiled; allowed names come from the
-registries; every field of the schema has a comment and is read by the code."""
+registries; every field of the schema has a comment and is read by the code; the resolved specs
+carry what the run's parts take."""
 import ast
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,9 +13,10 @@ from ml_collections import ConfigDict
 
 from experiments.configs import (common, gpu8_qwen35_4b_appworld, gpu8_qwen35_4b_dbbench, tiny_cpu,
                                  tpu_qwen35_9b)
-from harness_jax import config_schema, sharding
-from harness_jax import config_validation as cv
+from harness_jax import sharding
+from harness_jax.config_problems import ConfigValidationError
 from harness_jax.envs import registry
+from harness_jax.train import builders, schema, spec
 
 PRESETS = {"tiny_cpu": tiny_cpu, "gpu8_qwen35_4b_dbbench": gpu8_qwen35_4b_dbbench,
            "gpu8_qwen35_4b_appworld": gpu8_qwen35_4b_appworld, "tpu_qwen35_9b": tpu_qwen35_9b}
@@ -21,10 +24,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
-def test_presets_validate(name):
+def test_presets_resolve(name):
     cfg = PRESETS[name].get_config()
     n = cfg.mesh.num_devices if cfg.mesh.num_devices > 0 else 1
-    cv.validate(cfg, num_devices=n)
+    run = spec.resolve(cfg, num_devices=n, check_paths=False)
+    assert run.learner.loss.eps_high == cfg.rl.eps_high and run.collector.group_size == cfg.rl.group_size
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -53,14 +57,28 @@ def _assignments(path):
     return out
 
 
+def _section_fields(path):
+    """Every field of the typed section classes of a module (an annotated class attribute) with
+    its last line."""
+    src = open(path).read()
+    lines = src.splitlines()
+    out = []
+    for cls in ast.walk(ast.parse(src)):
+        if isinstance(cls, ast.ClassDef) and cls.name.endswith(("Section", "Options")):
+            for node in cls.body:
+                if isinstance(node, ast.AnnAssign):
+                    out.append((f"{cls.name}.{ast.get_source_segment(src, node.target)}", lines[node.end_lineno - 1]))
+    return out
+
+
 def _section_files():
     """The modules that define the env families' typed sections (found through the registry)."""
     return sorted({sys.modules[s.section.__module__].__file__ for s in registry.config_sections().values()})
 
 
-@pytest.mark.parametrize("path", [common.__file__, config_schema.__file__] + _section_files())
+@pytest.mark.parametrize("path", [common.__file__, schema.__file__] + _section_files())
 def test_every_field_of_the_schema_has_a_comment(path):
-    fields = _assignments(path)
+    fields = _assignments(path) + _section_fields(path)
     assert len(fields) >= 2
     for target, line in fields:
         assert "#" in line, f"field without a one-line comment: {target}"
@@ -75,9 +93,6 @@ def _leaves(cd, prefix=""):
 
 
 def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
-    from harness_jax.envs import registry
-    from harness_jax.train import builders
-
     c = common.base_config()
     ours = {n for n in registry.names() if registry.spec(n).make.__module__.startswith("harness_jax.envs.")}
     assert {"dbbench", "alfworld", "textworld", "webshop", "appworld", "swe"} <= ours
@@ -90,8 +105,10 @@ def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
     c.env.dbbench.categories = ("select",)
     kw = registry.config_section("dbbench").env_kwargs(c.env)
     assert kw["engine"] == "mariadb" and kw["socket"] == "/tmp/x.sock" and kw["protocol"] == "text"
-    assert builders.split_kwargs(c, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",),
-                                                         "describe_table": True}
+    env = spec.resolve(c, num_devices=1).env
+    assert env.env_kwargs["engine"] == "mariadb" and env.env_kwargs["socket"] == "/tmp/x.sock"
+    assert builders.split_options(env, n=7, seed_offset=3) == {"n": 7, "seed": 3, "categories": ("select",),
+                                                               "describe_table": True}
 
 
 @pytest.mark.parametrize("name,field,value,attr", [
@@ -103,13 +120,11 @@ def test_every_env_family_has_its_typed_section_and_sections_drive_the_env():
 def test_family_sections_reach_the_environment(name, field, value, attr):
     """A field of each family's section arrives in the environment the builders make, with the
     shared env.protocol."""
-    from harness_jax.train import builders
-
     c = common.base_config()
     c.env.name = name
     c.env.protocol = "function"
     c.env[name][field] = value
-    env = builders.env_factory(c)()
+    env = builders.env_factory(spec.resolve(c, num_devices=1, check_paths=False).env)()
     try:
         assert getattr(env, attr) == value and env.protocol == "function"
     finally:
@@ -117,13 +132,11 @@ def test_family_sections_reach_the_environment(name, field, value, attr):
 
 
 def test_webshop_split_options_reach_the_loader():
-    from harness_jax.train import builders
-
     c = common.base_config()
     c.env.name = "webshop"
     c.env.webshop.n_products = 120
     c.env.webshop.catalog_seed = 3
-    tasks = builders.load_tasks(c, "train", n=2)
+    tasks = builders.load_tasks(spec.resolve(c, num_devices=1).env, "train", n=2)
     assert len(tasks) == 2 and all(t.split == "train" for t in tasks)
     assert tasks[0].data["world"] == {"kind": "generated", "n_products": 120, "seed": 3}
 
@@ -133,8 +146,8 @@ def test_env_section_values_are_validated_from_the_family_declaration():
     cfg.env.name = "webshop"
     cfg.env.webshop.partition = "alphabetical"
     cfg.env.webshop.max_rounds = -1
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(cfg, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(cfg, num_devices=1)
     paths = {p.path for p in ei.value.problems}
     assert {"env.webshop.partition", "env.webshop.max_rounds"} <= paths
     assert "agentbench" in str(ei.value)
@@ -143,20 +156,20 @@ def test_env_section_values_are_validated_from_the_family_declaration():
 def _bad(mutate, num_devices=1):
     cfg = tiny_cpu.get_config()
     mutate(cfg)
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(cfg, num_devices=num_devices)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(cfg, num_devices=num_devices)
     return ei.value
 
 
 @pytest.mark.parametrize("mutate,path,fix_word", [
-    (lambda c: setattr(c.env, "name", "no_such_env"), "env.name", "use one of"),
+    (lambda c: setattr(c.env, "name", "no_such_env"), "env.name", "one of"),
     (lambda c: setattr(c.rl, "group_size", 1), "rl.group_size", "group_size=4"),
     (lambda c: setattr(c.mesh, "shape", (1, 3, 1, 1)), "mesh.shape", "equal 1"),
     (lambda c: setattr(c.mesh, "shape", (1, -1, -1, 1)), "mesh.shape", "-1"),
     (lambda c: setattr(c.mesh, "rules", (("no_such_axis", "fsdp"),)), "mesh.rules[0]", "TRAIN_RULES"),
     (lambda c: setattr(c.model, "init_from", "/no/such/ckpt"), "model.init_from", "existing"),
     (lambda c: setattr(c.model, "hf_path", "/no/such/hf"), "model.hf_path", "checkpoint directory"),
-    (lambda c: setattr(c.model, "preset", "no_such_preset"), "model.preset", "use one of"),
+    (lambda c: setattr(c.model, "preset", "no_such_preset"), "model.preset", "one of"),
     (lambda c: setattr(c.env, "train_split", "test"), "env.train_split", "selection"),
     (lambda c: setattr(c.env, "eval_split", "test"), "env.eval_split", "evaluate.py"),
     (lambda c: setattr(c.env, "protocol", "xml"), "env.protocol", "function"),
@@ -211,20 +224,20 @@ def test_allowed_names_come_from_the_registries(monkeypatch):
     c = tiny_cpu.get_config()
     c.rl.tis_mode = "always_one"
     c.harness.spec = "my_h0"
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     assert {p.path for p in ei.value.problems} == {"rl.tis_mode", "harness.spec"}
     monkeypatch.setattr(losses, "TIS_WEIGHTS", dict(losses.TIS_WEIGHTS))   # restored after the test
     monkeypatch.setattr(presets, "_NAMED", dict(presets._NAMED))
     losses.register(losses.TIS_WEIGHTS, "always_one")(losses.TIS_WEIGHTS["none"])
     presets.register("my_h0", presets.base_harness)
-    cv.validate(c, num_devices=1)
+    assert spec.resolve(c, num_devices=1).learner.loss.tis_mode == "always_one"
 
 
 def test_mesh_device_count_mismatch_for_preset():
     cfg = gpu8_qwen35_4b_dbbench.get_config()
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(cfg, num_devices=8)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(cfg, num_devices=8, check_paths=False)
     assert any(p.path == "mesh.num_devices" for p in ei.value.problems)
 
 
@@ -298,52 +311,49 @@ class _Recorder:
     def __iter__(self):
         return iter(self._cd.keys())
 
+    def __len__(self):
+        return len(self._cd)
+
     def get(self, k, default=None):
         return self._get(k) if k in self._cd else default
 
+    def to_dict(self):
+        return self._cd.to_dict()
 
-@pytest.mark.slow
-def test_every_field_is_read_by_the_code(tmp_path, monkeypatch):
-    """Every leaf of the schema is read by the code that builds and runs an experiment (outside
-    config validation): a short real run (async, SFT warm start, periodic evaluation, export), a
-    disaggregated run's construction, the Qwen tokenizer and every env family's section."""
-    from harness_jax.sampling import tokenizer as tok_lib
-    from harness_jax.train import builders, context, loop, rollout
-    from tests.e2e import tiny_e2e_config
 
-    monkeypatch.setattr(cv, "validate", lambda *a, **k: None)   # its reads do not count
-    monkeypatch.setattr(tok_lib, "load_tokenizer", lambda *a, **k: None)   # the 248k vocabulary: not needed
+def _code_attribute_reads(exclude=()) -> set:
+    """Every attribute name the package's code reads (``x.name`` loads), outside ``exclude``."""
+    root = os.path.join(ROOT, "harness_jax")
+    names = set()
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            path = os.path.join(d, f)
+            if not f.endswith(".py") or path in exclude:
+                continue
+            for node in ast.walk(ast.parse(open(path).read())):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                    names.add(node.attr)
+    return names
+
+
+def test_every_field_is_read_by_the_code():
+    """Resolution reads every leaf of the schema (a field it skipped would be silently ignored),
+    and every field of the typed sections is read by the code outside their declarations (what
+    the run's parts use; a field nothing reads is dead). Static for the second half: an
+    attribute of that name is loaded somewhere in the package."""
     log = set()
-    c = tiny_e2e_config.get_config()
-    c.num_steps = 2
-    c.mesh.num_devices = 1
-    c.rl.async_mode = True
-    c.rl.dynamic_sampling = "oversample"
-    c.sft.steps = 1
-    c.eval.every_steps = 1
-    c.eval.num_tasks = 1
-    c.log.peak_flops = 0.0
-    c.model.init_from = ""
-    loop.train(_Recorder(c, log), str(tmp_path / "run"))
-
-    d = tiny_e2e_config.get_config()
-    d.mesh.num_devices = 1
-    d.rollout.mode = "disaggregated"
-    d.rollout.server_urls = ("http://127.0.0.1:9",)
-    d.log.store_traces = False
-    context.build(_Recorder(d, log), str(tmp_path / "run")).close()
-
-    q = tiny_e2e_config.get_config()
-    q.model.tokenizer = "qwen"
-    rollout.load_tokenizer(_Recorder(q, log))
-    for name in registry.config_sections():
-        e = tiny_e2e_config.get_config()
-        e.env.name = name
-        builders.env_factory(_Recorder(e, log))
-        builders.split_kwargs(_Recorder(e, log))
-
-    unread = sorted(set(_leaves(common.base_config())) - log)
-    assert not unread, f"fields no code reads: {unread}"
+    c = common.base_config()
+    spec.resolve(_Recorder(c, log), num_devices=1)
+    other_families = tuple(f"env.{n}." for n in registry.config_sections() if n != c.env.name)
+    unread = sorted(p for p in set(_leaves(c)) - log if not p.startswith(other_families))
+    assert not unread, f"fields the resolution does not read: {unread}"
+    used = _code_attribute_reads(exclude=(schema.__file__,))
+    sections = [v for v in vars(schema).values()
+                if isinstance(v, type) and dataclasses.is_dataclass(v) and v.__name__.endswith("Section")]
+    assert len(sections) >= len(schema.SECTIONS)
+    unused = sorted(f"{cls.__name__}.{f.name}" for cls in sections for f in dataclasses.fields(cls)
+                    if f.name not in used)
+    assert not unused, f"section fields no code reads: {unused}"
 
 
 def test_sweep_preset_expands_through_the_launchers_flag_parser(tmp_path):

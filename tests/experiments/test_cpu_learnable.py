@@ -5,21 +5,25 @@ import os
 
 import pytest
 
-from harness_jax import config_validation as cv
+from harness_jax.config_problems import ConfigValidationError
 from harness_jax.harness.specs import HarnessSpec
-from harness_jax.train import builders, task_tokenizer
+from harness_jax.train import builders, spec, task_tokenizer
 from experiments.configs import cpu_learnable
+
+
+def _run(cfg):
+    return spec.resolve(cfg, num_devices=1)
 
 
 def test_preset_validates_and_documents_itself():
     cfg = cpu_learnable.get_config()
-    cv.validate(cfg, num_devices=1)
+    run = _run(cfg)
     doc = cpu_learnable.__doc__
     assert "launch/train.py" in doc and "experiments/configs/cpu_learnable.py" in doc
     assert "Expected result" in doc
     h0 = HarnessSpec.load(cfg.harness.spec)   # the minimal H0: the question is the whole prompt
     assert h0.preamble == () and h0.system_prompt == "" and h0.task_template == "{observation}"
-    tasks = builders.load_tasks(cfg, "selection", n=8)
+    tasks = builders.load_tasks(run.env, "selection", n=8)
     assert {t.data["table"]["table_name"] for t in tasks} == {"players"}
     assert {t.data["add_description"] for t in tasks} == {""}
     assert {t.category for t in tasks} <= set(cpu_learnable.CATEGORIES)
@@ -28,25 +32,25 @@ def test_preset_validates_and_documents_itself():
 def test_bad_family_options_are_reported_with_their_path():
     cfg = cpu_learnable.get_config()
     cfg.env.dbbench.domain = "dragon"
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(cfg, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        _run(cfg)
     assert "env.dbbench.domain" in str(ei.value) and "player" in str(ei.value)
 
 
 def test_bad_pretokenizer_is_reported_with_its_path():
     cfg = cpu_learnable.get_config()
     cfg.model.tokenizer_pretokenizer = "words"
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(cfg, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        _run(cfg)
     assert "model.tokenizer_pretokenizer" in str(ei.value) and "isolate" in str(ei.value)
 
 
 def test_isolate_tokenizer_copies_values_token_for_token(tmp_path):
     cfg = cpu_learnable.get_config()
-    tok = task_tokenizer.load_or_train(cfg, str(tmp_path / "tokenizer"))
+    tok = task_tokenizer.load_or_train(_run(cfg), str(tmp_path / "tokenizer"))
     assert os.path.exists(tmp_path / "tokenizer" / "tokenizer.json")
     assert len(tok) <= cfg.model.arch.vocab_size
-    task = builders.load_tasks(cfg, "selection", n=1)[0]
+    task = builders.load_tasks(_run(cfg).env, "selection", n=1)[0]
     row = task.data["table"]["table_info"]["rows"][0]
     name, goals = row[0], row[4]
 
@@ -67,7 +71,7 @@ def test_isolate_tokenizer_copies_values_token_for_token(tmp_path):
         assert tok.decode(ids(text)) == text
     # the default byte-level pre-tokenizer does not have this property (why "isolate" exists)
     cfg.model.tokenizer_pretokenizer = "bytelevel"
-    bl = task_tokenizer.train(cfg, str(tmp_path / "bl"), cfg.model.tokenizer_vocab)
+    bl = task_tokenizer.train(_run(cfg), str(tmp_path / "bl"), cfg.model.tokenizer_vocab)
     q = bl.encode(f"the player {name}?", add_special_tokens=False)
     v = bl.encode(f"'{name}'", add_special_tokens=False)[1:-1]
     assert not any(q[i:i + len(v)] == v for i in range(len(q)))
@@ -79,9 +83,10 @@ def test_a_run_from_init_from_uses_that_runs_tokenizer(tmp_path):
     cfg = cpu_learnable.get_config()
     src = tmp_path / "sft" / "tokenizer"
     cfg.model.tokenizer_vocab = 600          # another vocabulary than this config would train
-    first = task_tokenizer.load_or_train(cfg, str(src))
+    first = task_tokenizer.load_or_train(_run(cfg), str(src))
     cfg.model.tokenizer_vocab = cpu_learnable.get_config().model.tokenizer_vocab
     cfg.model.init_from = str(tmp_path / "sft")
-    got = task_tokenizer.load_or_train(cfg, str(tmp_path / "run" / "tokenizer"))
+    got = task_tokenizer.load_or_train(spec.resolve(cfg, num_devices=1, check_paths=False),
+                                       str(tmp_path / "run" / "tokenizer"))
     assert got.get_vocab() == first.get_vocab() and len(got) <= 600
     assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()

@@ -180,20 +180,20 @@ def test_not_thread_safe_families_run_one_episode_per_process(pool, qwen_tok):
 
 def test_config_selects_the_backend():
     from experiments.configs import common, tiny_cpu
-    from harness_jax import config_validation as cv
+    from harness_jax.train import spec
 
     c = common.base_config()
-    assert c.workers.backend == "inprocess" and workers.from_config(c) is None
+    assert c.workers.backend == "inprocess" and workers.from_spec(spec.resolve(c, num_devices=1).workers) is None
     c.workers.backend, c.workers.num_workers, c.workers.slots = "processes", 3, 5
-    p = workers.from_config(c)
+    p = workers.from_spec(spec.resolve(c, num_devices=1).workers)
     assert isinstance(p, workers.WorkerPool) and (p.workers, p.slots) == (3, 5)
     p.close()                                            # never started: nothing to stop
     cfg = tiny_cpu.get_config()
     cfg.workers.backend, cfg.workers.slots = "threads", 0
-    problems = {p.path: p for p in cv.find_problems(cfg, num_devices=1)}
+    problems = {p.path: p for p in spec.find_problems(cfg, num_devices=1)}
     assert "inprocess" in problems["workers.backend"].fix
     cfg.workers.backend = "processes"
-    problems = {p.path: p for p in cv.find_problems(cfg, num_devices=1)}
+    problems = {p.path: p for p in spec.find_problems(cfg, num_devices=1)}
     assert "workers.slots" in problems and "workers.backend" not in problems
 
 
@@ -220,26 +220,26 @@ def test_ray_backend_runs_and_retries_lost_actors(batch, qwen_tok):
 
 
 @pytest.mark.slow
-def test_training_loop_collects_and_evaluates_on_process_workers(tmp_path):
+def test_training_loop_collects_and_evaluates_on_process_workers(tmp_path, monkeypatch):
     """The GRPO loop (colocated JaxEngine on the driver) with ``workers.backend=processes``:
     every rollout and evaluation episode runs in a worker process with generation proxied to the
     driver's engine, and the run trains on what they return."""
     import jax
 
     from harness_jax.harness.store import TrajectoryStore
-    from harness_jax.train import loop
+    from harness_jax.train import context, run
     from tests.e2e import tiny_e2e_config
 
     c = tiny_e2e_config.get_config()
     c.num_steps, c.sft.enabled, c.ckpt.every_steps, c.ckpt.export_hf = 1, False, 0, False
     c.eval.at_start, c.eval.num_tasks = False, 2
     c.workers.backend, c.workers.num_workers, c.workers.slots = "processes", 2, 2
-    trainer = loop.Trainer(c, str(tmp_path), devices=jax.devices()[:1])
-    try:
-        summary = trainer.run()
-        stats = dict(trainer.ctx.workers.stats)
-    finally:
-        trainer.close()
+    built = []
+    real_build = context.build
+    monkeypatch.setattr(context, "build", lambda *a, **k: built.append(real_build(*a, **k)) or built[-1])
+    summary = run.train(c, str(tmp_path), devices=jax.devices()[:1])
+    pool = built[0].workers
+    stats = dict(pool.stats)
     assert summary["step"] == 1 and summary["policy_version"] == 1
     trajs = list(TrajectoryStore(str(tmp_path / "traces")).trajectories())
     n_train = c.num_steps * c.rl.tasks_per_step * c.rl.group_size
@@ -250,4 +250,4 @@ def test_training_loop_collects_and_evaluates_on_process_workers(tmp_path):
         for seg in t.segments:
             assert len(seg.token_ids) == len(seg.loss_mask) == len(seg.logprobs)
             assert all(lp == 0.0 for lp, m in zip(seg.logprobs, seg.loss_mask) if not m)
-    assert trainer.ctx.workers._closing                  # the run context stopped its workers
+    assert pool._closing                                 # closing the run context stopped its workers

@@ -12,10 +12,9 @@ import os
 import pytest
 
 from experiments.configs.harness_r1 import tiny_cpu
-from harness_jax import config_validation as cv
 from harness_jax.harness_r1 import dataset as dataset_lib
 from harness_jax.harness_r1 import evaluate, packets, pipeline, targets, training
-from harness_jax.train import sft_warmstart
+from harness_jax.train import sft_warmstart, spec
 from tests.experiments.test_configs import _Recorder, _leaves
 
 
@@ -33,10 +32,10 @@ def tiny_config():
     c.eval.num_tasks, c.eval.k = 1, 2
     c.r1.table.arms = ("default", "rule", "sft", "grpo")
     c.r1.table.ablate = "rule"
-    c.r1.table.transfer_targets = json.dumps([{
+    c.r1.table.transfer_targets = ({
         "kind": "factory", "model": "scripted-careless", "version": "1",
         "factory": "harness_jax.harness_r1.scripted:dbbench_agent",
-        "options": {"kwargs": {"seed": 0, "p_hasty": 0.7, "p_sloppy": 0.2}}}])
+        "options": {"kwargs": {"seed": 0, "p_hasty": 0.7, "p_sloppy": 0.2}}},)
     return c
 
 
@@ -47,8 +46,7 @@ class Crash(RuntimeError):
 @pytest.mark.slow
 def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     cfg = tiny_config()
-    cv.validate(cfg, num_devices=1)
-    monkeypatch.setattr(cv, "validate", lambda *a, **k: None)     # its reads do not count below
+    spec.resolve(cfg, num_devices=1)
     log: set = set()
     work = str(tmp_path / "run")
     calls = {"packets": 0, "teacher": 0, "sft": 0}
@@ -107,20 +105,20 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
 
     # 3) crash in GRPO step 2: SFT resumes from its step 2, GRPO checkpoints step 1
     monkeypatch.setattr(sft_warmstart, "train_segments", real_sft)
-    real_train_on = training.EngineerTrainer._train_on
+    real_group = training.EngineerGroups.__call__
 
-    def crash_grpo(self, batch, timer):
-        if batch.step == 1:
+    async def crash_grpo(self, packet, step, index):
+        if step == 1:
             raise Crash("grpo")
-        return real_train_on(self, batch, timer)
+        return await real_group(self, packet, step, index)
 
-    monkeypatch.setattr(training.EngineerTrainer, "_train_on", crash_grpo)
+    monkeypatch.setattr(training.EngineerGroups, "__call__", crash_grpo)
     with pytest.raises(Crash):
         pipeline.run(_Recorder(cfg, log), work)
     assert calls == {"packets": 1, "teacher": 2, "sft": 1}        # teacher not asked again
 
     # 4) the same call finishes: GRPO resumes from step 1
-    monkeypatch.setattr(training.EngineerTrainer, "_train_on", real_train_on)
+    monkeypatch.setattr(training.EngineerGroups, "__call__", real_group)
     summary = pipeline.run(_Recorder(cfg, log), work)
     assert summary["resumed_from"] == 1 and not summary["preempted"]
     assert summary["sft"]["summary"]["resumed_from"] == 2 and summary["sft"]["summary"]["steps"] == 4
@@ -171,9 +169,11 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     c2 = tiny_config()
     c2.r1.teacher.kind = "endpoint"
     c2.r1.teacher.base_url, c2.r1.teacher.model = "http://127.0.0.1:9/v1", "teacher"
-    pipeline.make_teacher(_Recorder(c2, log), pipeline.Paths(work))
     c2.r1.table.prompt_base_url, c2.r1.table.prompt_model = "http://127.0.0.1:9/v1", "frontier"   # the "prompt" arm's
-    arm, _ = evaluate.make_arm(_Recorder(c2, log), work, "prompt", pipeline.target_harness(c2))
+    run2 = spec.resolve(_Recorder(c2, log), num_devices=1)
+    r1 = run2.method("r1")
+    assert pipeline.make_teacher(r1, pipeline.EngineerPaths.of(work)).name == "prompt:teacher"
+    arm, _ = evaluate.make_arm(run2, work, "prompt", pipeline.target_harness(run2, r1))
     assert arm.name == "prompt:frontier"
     unread = sorted(p for p in set(_leaves(cfg)) - log if p.startswith("r1."))
     assert not unread, f"r1 fields no code reads: {unread}"

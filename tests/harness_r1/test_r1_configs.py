@@ -1,4 +1,4 @@
-"""Harness-R1 presets (experiments/configs/harness_r1): they validate, document their command and
+"""Harness-R1 presets (experiments/configs/harness_r1): they resolve, document their command and
 expected result, name their sweeps, reject bad values with the path and the fix (all at once,
 before anything is built), and the accelerator presets' engineer train step lowers for their
 meshes on CPU fake devices (as tests/experiments/test_aot.py does for the agent presets)."""
@@ -8,10 +8,11 @@ import os
 import jax
 import pytest
 
-from experiments.configs.harness_r1 import common as r1_common
 from experiments.configs.harness_r1 import gpu8, tiny_cpu, tpu
+from harness_jax.config_problems import ConfigValidationError
 from harness_jax.envs import registry
-from harness_jax import config_validation as cv
+from harness_jax.harness_r1 import config as r1_config
+from harness_jax.train import spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHES = [b for b in gpu8.BENCHMARKS if b in registry.config_sections()]
@@ -21,7 +22,8 @@ BENCHES = [b for b in gpu8.BENCHMARKS if b in registry.config_sections()]
 @pytest.mark.parametrize("bench", BENCHES)
 def test_accelerator_presets_validate(mod, n, bench):
     c = mod.get_config(bench)
-    cv.validate(c, num_devices=n)
+    run = spec.resolve(c, num_devices=n)
+    assert run.method("r1").target.spec().kind == "sglang"
     assert c.env.name == bench and c.rl.agg == "seq_mean_token_mean" and c.rl.tis_mode == "cap"
     assert c.rl.async_mode and c.rl.max_staleness == 4 and c.rl.group_size == 8
     assert c.r1.target.kind == "sglang"
@@ -29,7 +31,8 @@ def test_accelerator_presets_validate(mod, n, bench):
 
 def test_tiny_preset_validates_and_documents_itself():
     c = tiny_cpu.get_config()
-    cv.validate(c, num_devices=1)
+    r1 = spec.resolve(c, num_devices=1).method("r1")
+    assert r1.target.spec().options == {"kwargs": {"seed": 0}}       # typed options, no JSON strings
     for mod, cmd in ((tiny_cpu, "launch/engineer.py --config=experiments/configs/harness_r1/tiny_cpu.py"),
                      (gpu8, "launch/engineer.py --config=experiments/configs/harness_r1/gpu8.py:dbbench"),
                      (tpu, "launch/engineer.py --config=experiments/configs/harness_r1/tpu.py:dbbench")):
@@ -40,17 +43,24 @@ def test_tiny_preset_validates_and_documents_itself():
         gpu8.get_config("swe")
 
 
-def test_every_r1_field_has_a_comment():
-    import ast
+def test_every_r1_field_has_a_comment_and_a_type():
+    from tests.experiments.test_configs import _leaves, _section_fields
 
-    src = open(r1_common.__file__).read()
-    lines = src.splitlines()
-    fields = [(ast.get_source_segment(src, n.targets[0]), lines[n.end_lineno - 1]) for n in ast.walk(ast.parse(src))
-              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Attribute)
-              and not ast.get_source_segment(src, n.value).endswith("ConfigDict()")]
+    fields = _section_fields(r1_config.__file__)
     assert len(fields) > 40
     for target, line in fields:
         assert "#" in line, f"field without a one-line comment: {target}"
+    d = r1_config.r1_section()
+    leaves = list(_leaves(d))
+    assert "target.options.kwargs" in leaves or "target.options.max_len" in leaves
+
+    def value(path):
+        node = d
+        for part in path.split("."):
+            node = node[part]
+        return node
+    json_like = [k for k in leaves if isinstance(value(k), str) and value(k).strip()[:1] in ("{", "[")]
+    assert not json_like, f"JSON strings in the r1 section: {json_like}"
 
 
 def test_the_seed_sweep_resolves_through_the_launchers_flags():
@@ -64,19 +74,19 @@ def test_the_seed_sweep_resolves_through_the_launchers_flags():
 def _bad(mutate):
     c = tiny_cpu.get_config()
     mutate(c)
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     return ei.value
 
 
 @pytest.mark.parametrize("mutate,path,fix_word", [
     (lambda c: setattr(c.r1.target, "kind", "grpc"), "r1.target.kind", "sglang"),
-    (lambda c: setattr(c.r1.target, "options", "{not json"), "r1.target.options", "JSON object"),
-    (lambda c: setattr(c.r1.target, "options", '{"kwargs": {"seed": 5}}'), "r1.target.options", '"seed": 0'),
-    (lambda c: (setattr(c.r1.target, "kind", "sglang"), setattr(c.r1.target, "options", "{}")),
+    (lambda c: setattr(c.r1.target.options, "tool_mode", "xml"), "r1.target.options", "unknown option"),
+    (lambda c: setattr(c.r1.target.options.kwargs, "seed", 5), "r1.target.options.kwargs", "kwargs.seed=0"),
+    (lambda c: (setattr(c.r1.target, "kind", "sglang"), setattr(c.r1.target.options, "kwargs", {})),
      "r1.target.urls", "server URL"),
     (lambda c: (setattr(c.r1.target, "kind", "jax"), setattr(c.r1.target, "model", "/no/such/hf"),
-                setattr(c.r1.target, "options", "{}")), "r1.target.model", "save_hf"),
+                setattr(c.r1.target.options, "kwargs", {})), "r1.target.model", "save_hf"),
     (lambda c: setattr(c.r1.packets, "train_batches", 0), "r1.packets.train_batches", "train_batches >= 1"),
     (lambda c: setattr(c.r1.packets, "budget_tokens", 50), "r1.packets.budget_tokens", ">= 200"),
     (lambda c: setattr(c.r1.teacher, "kind", "oracle"), "r1.teacher.kind", "endpoint"),
@@ -90,8 +100,8 @@ def _bad(mutate):
     (lambda c: setattr(c.rl, "tis_mode", "clip"), "rl.tis_mode", "literal"),
     (lambda c: setattr(c.r1.table, "arms", ("default", "oracle")), "r1.table.arms[1]", "grpo"),
     (lambda c: setattr(c.r1.table, "arms", ("prompt",)), "r1.table.prompt_base_url", "prompt_model"),
-    (lambda c: setattr(c.r1.table, "transfer_targets", '[{"kind": "chat"}]'), "r1.table.transfer_targets",
-     "e.g."),
+    (lambda c: setattr(c.r1.table, "transfer_targets", ({"kind": "chat"},)), "r1.table.transfer_targets[0]",
+     "'kind': 'chat'"),
     (lambda c: (setattr(c.env, "name", "alfworld"), setattr(c.r1.target, "concurrency", 4)),
      "r1.target.concurrency", "concurrency=1"),
 ])
@@ -113,6 +123,7 @@ def test_too_long_engineer_sequences_are_refused(tmp_path):
 
     c = tiny_cpu.get_config()
     c.rollout.max_len = 256
+    c.rollout.max_new_tokens = 96
     pk = SimpleNamespace(text="x " * 400, env_name="dbbench")
 
     class DS:
@@ -127,18 +138,18 @@ def test_too_long_engineer_sequences_are_refused(tmp_path):
             return list(range(len(text) // 4))
 
     with pytest.raises(ValueError, match="config.rollout.max_len.*Fix: raise"):
-        pipeline.check_lengths(c, DS(), Tok(), [])
+        pipeline.check_lengths(spec.resolve(c, num_devices=1), DS(), Tok(), [])
     c.rollout.max_len, c.rl.pack_len = 4096, 600
     with pytest.raises(ValueError, match="config.rl.pack_len.*Fix: set"):
-        pipeline.check_lengths(c, DS(), Tok(), [{"prompt_ids": [0] * 700, "response_ids": [1] * 200}])
+        pipeline.check_lengths(spec.resolve(c, num_devices=1), DS(), Tok(),
+                               [{"prompt_ids": [0] * 700, "response_ids": [1] * 200}])
 
 
 @pytest.mark.slow
 def test_gpu_preset_engineer_train_step_compiles_on_4_fake_devices():
     from harness_jax.train import aot
 
-    c = gpu8.get_config("dbbench")
-    cv.validate(c, num_devices=4)
+    c = spec.resolve(gpu8.get_config("dbbench"), num_devices=4)
     rep = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:4], compile=True)
     assert rep.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1, "expert": 1}
     assert 8.5e9 < rep.num_params < 9.5e9                   # the 9B engineer
@@ -163,22 +174,22 @@ def test_policy_target_preset_validates_and_rejects_a_missing_hf_dir(tiny_hf_den
     from experiments.configs.harness_r1 import tiny_cpu_policy
 
     c = tiny_cpu_policy.get_config(str(tiny_hf_dense_dir))
-    cv.validate(c, num_devices=1)
+    spec.resolve(c, num_devices=1)
     assert c.r1.target.kind == "jax" and c.r1.target.model == c.r1.target.tokenizer == str(tiny_hf_dense_dir)
     assert c.harness.spec == cpu_learnable.H0_MINIMAL and c.r1.target.temperature == 1.0
     assert (c.env.dbbench.domain, c.env.dbbench.table_name, c.env.dbbench.describe_table) == ("player", "players", False)
     assert "tiny_cpu_policy.py:" in " ".join(tiny_cpu_policy.__doc__.split())
 
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(tiny_cpu_policy.get_config("/no/such/policy"), num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(tiny_cpu_policy.get_config("/no/such/policy"), num_devices=1)
     [p] = [p for p in ei.value.problems if p.path == "r1.target.model"]
     assert p.value == "/no/such/policy" and "hf_final" in p.fix and "/no/such/policy" in str(ei.value)
 
     (tmp_path / "tokenizer.json").write_text("{}")        # a dir with no config/weights, own tokenizer
     c = tiny_cpu_policy.get_config(str(tmp_path))
     c.r1.target.tokenizer = ""
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     paths = {p.path: p for p in ei.value.problems}
     assert "config.json and *.safetensors" in paths["r1.target.model"].problem
     assert f"--config.r1.target.tokenizer={tmp_path}" in paths["r1.target.tokenizer"].fix

@@ -36,6 +36,7 @@ def config(**over):
     c.rl.group_size = 2
     c.rl.tasks_per_step = 3
     c.harness_s = harness_s.harness_s_section()
+    c.harness_s.rescue.enabled = "harness_s.pool" in over     # rescue needs a pool
     for k, v in over.items():
         node = c
         *parts, last = k.split(".")
@@ -43,6 +44,35 @@ def config(**over):
             node = node[p]
         node[last] = v
     return c
+
+
+def resolve(c):
+    """The config's specs (``train.spec.resolve``, one device)."""
+    from harness_jax.train import spec
+    return spec.resolve(c, num_devices=1)
+
+
+def runner(run, engine, env_factory, tok, store=None, **kw):
+    """The run's ``EpisodeRunner`` on ``engine``."""
+    from harness_jax.train import rollout
+    return rollout.EpisodeRunner(run.runner, engine, env_factory, tok, store, **kw)
+
+
+def context(run, runner, paths):
+    """The part of a run context the Harness-S extension uses: the specs, the runner, H0, the
+    run directory and a console (a minimal stand-in for ``train.context.RunContext``)."""
+    import types
+
+    from harness_jax.train.console import QUIET
+    return types.SimpleNamespace(spec=run, runner=runner, harness=run.base_harness, paths=paths, console=QUIET)
+
+
+def collector(run, ctx, stream, ext):
+    """The loop's collector with the extension's selector and post-processors."""
+    from harness_jax.train import collect, groups
+    selector = ext.harness_selector(ctx) or groups.FixedHarness(ctx.harness)
+    source = collect.RolloutGroups(ctx.runner, selector, group_size=run.collector.group_size, seed=run.seed)
+    return collect.Collector(run.collector, ctx.runner, stream, source, ext.post_processors(ctx))
 
 
 def tasks(categories, n_per_cat=1, seed=3, split="train"):
@@ -73,8 +103,7 @@ def policy_for(tokenizer, task_list):
 def h0(cfg=None) -> Sibling:
     if cfg is None:
         return Sibling(base_harness("dbbench", "text"), name="H0")
-    from harness_jax.train import rollout
-    return Sibling(rollout.base_harness(cfg), name="H0")
+    return Sibling(resolve(cfg).base_harness, name="H0")
 
 
 def child(parent: Sibling, op: str) -> Sibling:
@@ -105,7 +134,7 @@ def world(tok, pool_dir):
     import types
 
     from harness_jax.envs import dbbench
-    from harness_jax.train import evaluation, rollout
+    from harness_jax.train import evaluation
 
     train = tasks(CATS, 1, seed=4, split="train")
     val = tasks(CATS, 2, seed=5, split="search")
@@ -114,14 +143,14 @@ def world(tok, pool_dir):
     base = h0(c)
     kids = [(child(base, op), op) for op in ("inspect_before_answer", "error_recovery_hint",
                                               "worked_example", "repeat_guard")]
-    runner = rollout.EpisodeRunner(c, policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), tok)
+    run = runner(resolve(c), policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), tok)
     try:
         results = {}
         for sib in [base] + [kid for kid, _ in kids]:
-            per = evaluation.run_attempts(runner, val, sib, k=1, temperature=0.0, tag="val")
+            per = evaluation.run_attempts(run, val, sib, k=1, temperature=0.0, tag="val")
             results[sib.sibling_id] = {t.task_id: [bool(e.success) for e in eps] for t, eps in zip(val, per)}
     finally:
-        runner.close()
+        run.close()
     pool = frozen_pool(pool_dir, val, results, base, kids)
     return types.SimpleNamespace(train=train, val=val, policy=policy, pool=pool, h0=base, tok=tok)
 

@@ -1,7 +1,7 @@
 """Harness-S experiment configs (``experiments/configs/harness_s/``): each validates against a
 pool of the right size and environment, documents its command and expected result, declares
-sweeps that resolve through ``harness_jax.sweeps``; bad ``harness_s`` sections are rejected by the
-central validator with the path and the fix; the accelerator presets' train steps lower on fake
+sweeps that resolve through ``harness_jax.sweeps``; bad ``harness_s`` sections are rejected when the
+config is resolved (the method resolves its own section) with the path and the fix; the accelerator presets' train steps lower on fake
 devices."""
 import importlib
 import json
@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from experiments.configs import harness_s as hs_configs
-from harness_jax import config_validation as cv
+from harness_jax.config_problems import ConfigValidationError
+from harness_jax.train import spec
 from harness_jax.sweeps import runner
 
 from . import loopkit
@@ -51,7 +52,8 @@ def test_config_validates_documents_itself_and_declares_sweeps(name, pools, monk
     pool = pools[c.env.name]
     c = mod.get_config(pool)
     assert c.harness_s.pool == pool
-    cv.validate(c, num_devices=_devices(c))
+    run = spec.resolve(c, num_devices=_devices(c))
+    assert run.method("harness_s").pool == pool
     doc = " ".join(mod.__doc__.split())
     assert f"--config=experiments/configs/harness_s/{name}.py" in doc and "Expected result" in doc
     assert mod.SWEEPS, name
@@ -63,9 +65,9 @@ def test_config_validates_documents_itself_and_declares_sweeps(name, pools, monk
 
 def test_grpo_only_needs_no_pool_and_the_method_does():
     from experiments.configs.harness_s import dbbench_cpu, grpo_only
-    cv.validate(grpo_only.get_config(), num_devices=1)
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(dbbench_cpu.get_config(), num_devices=1)
+    assert not spec.resolve(grpo_only.get_config(), num_devices=1).method("harness_s").uses_pool
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(dbbench_cpu.get_config(), num_devices=1)
     p = [p for p in ei.value.problems if p.path == "harness_s.pool"]
     assert p and "launch/evolve.py" in p[0].fix
 
@@ -74,8 +76,8 @@ def _bad(pool, mutate, environ_unset=()):
     from experiments.configs.harness_s import dbbench_cpu
     c = dbbench_cpu.get_config(pool)
     mutate(c)
-    with pytest.raises(cv.ConfigValidationError) as ei:
-        cv.validate(c, num_devices=1)
+    with pytest.raises(ConfigValidationError) as ei:
+        spec.resolve(c, num_devices=1)
     return ei.value
 
 
@@ -122,12 +124,12 @@ def test_accelerator_presets_lower_on_fake_devices(pools):
     """The GPU presets' train step lowers for their 4-device fsdp mesh and the TPU preset's for
     16 devices (abstract learner, real parameter shapes), in one 16-device subprocess."""
     code = (
-        "import json, jax, importlib; from harness_jax import config_validation as cv;"
-        "from harness_jax.train import aot; out = {};\n"
+        "import json, jax, importlib;"
+        "from harness_jax.train import aot, spec; out = {};\n"
         f"pools = {json.dumps(pools)}\n"
         f"for name in {list(ACCELERATOR)!r}:\n"
         "    m = importlib.import_module('experiments.configs.harness_s.' + name); c = m.get_config();"
-        " c = m.get_config(pools[c.env.name]); n = c.mesh.num_devices; cv.validate(c, num_devices=n);"
+        " c = m.get_config(pools[c.env.name]); n = c.mesh.num_devices; c = spec.resolve(c, num_devices=n);"
         " r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:n], compile=False);"
         " out[name] = [r.mesh_shape['fsdp'], r.num_params]\n"
         "print('REPORT', json.dumps(out))")

@@ -14,18 +14,18 @@ from . import loopkit
 
 
 def _router(pool, name="features"):
-    c = loopkit.config(**{"harness_s.router.name": name})
-    return rank1.rank1_router(c, pool)
+    run = loopkit.resolve(loopkit.config(**{"harness_s.router.name": name}))
+    return rank1.rank1_router(run.method("harness_s"), pool)
 
 
 def test_rank1_routes_each_task_before_rollout_and_reports_gaps(loop_world, tmp_path):
     w = loop_world
-    c = loopkit.config()
-    runner = rollout.EpisodeRunner(c, w.policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), w.tok)
+    run = loopkit.resolve(loopkit.config())
+    runner = loopkit.runner(run, w.policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), w.tok)
     router = _router(w.pool)
     assert router.config.include_base and router.config.top_k == 1 and w.pool.ids[0] in router.candidates
     try:
-        res = rank1.rank1_evaluate(runner, w.val, w.pool, router, rollout.base_harness(c), k=1, temperature=0.0)
+        res = rank1.rank1_evaluate(runner, w.val, w.pool, router, run.base_harness, k=1, temperature=0.0)
     finally:
         runner.close()
     assert res["format"] == "harness-s-rank1-v1" and res["num_tasks"] == len(w.val) == 6
@@ -63,17 +63,17 @@ def test_rank1_reuses_h0_attempts_where_h0_is_chosen(loop_world):
                for i, e in enumerate(w.pool.entries)]
     pool = harness_s.SiblingPool(entries, env_name="dbbench", val_task_ids=w.pool.val_task_ids,
                                  task_info=w.pool.task_info)
-    c = loopkit.config()
+    run = loopkit.resolve(loopkit.config())
     harnesses = []
 
     class Runner(rollout.EpisodeRunner):
         async def run(self, task, harness, n, group_id, **kw):
             harnesses.append(getattr(harness, "sibling_id", harness.harness_id))
             return await super().run(task, harness, n, group_id, **kw)
-    runner = Runner(c, w.policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), w.tok)
+    runner = Runner(run.runner, w.policy, lambda: dbbench.DBBenchEnv(engine="sqlite", protocol="text"), w.tok)
     try:
         res = rank1.rank1_evaluate(runner, w.val, pool, _router(pool, "validation_topk"),
-                                   rollout.base_harness(c), k=1, temperature=0.0)
+                                   run.base_harness, k=1, temperature=0.0)
     finally:
         runner.close()
     assert res["h0_rank1_share"] == 1.0 and res["gap"]["avg@1"] == 0.0

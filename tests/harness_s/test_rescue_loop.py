@@ -5,14 +5,13 @@ policy ``ReactivePolicy``, see ``loopkit``), ``HarnessSExtension`` attached to a
 context (runner, H0, paths), its per-step metrics, decision log, state round trip (resume) and
 re-anchoring; the calibration math through ``train.groups.compute_advantages``."""
 import json
-import types
 
 import pytest
 
 from harness_jax import harness_s
 from harness_jax.envs import dbbench
 from harness_jax.harness_s import training
-from harness_jax.train import collect, groups, rollout
+from harness_jax.train import groups
 from harness_jax.train.data import TaskStream
 from harness_jax.train.workdir import RunPaths
 
@@ -30,15 +29,13 @@ def world(loop_world):
 
 def _run(world, tmp_path, router="validation_topk", steps=1, ctx_paths=None, **over):
     """Collects ``steps`` steps with the extension's rescue; returns (ext, batches, runner)."""
-    c = loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.name": router,
-                          "harness_s.router.top_k": 2, **over})
-    runner = rollout.EpisodeRunner(c, world.policy, _env, world.tok)
-    ctx = types.SimpleNamespace(runner=runner, harness=rollout.base_harness(c),
-                                paths=ctx_paths or RunPaths.of(str(tmp_path)))
-    ext = training.HarnessSExtension(c)
+    run = loopkit.resolve(loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.name": router,
+                                            "harness_s.router.top_k": 2, **over}))
+    runner = loopkit.runner(run, world.policy, _env, world.tok)
+    ctx = loopkit.context(run, runner, ctx_paths or RunPaths.of(str(tmp_path)))
+    ext = training.HarnessSExtension(run.method("harness_s"))
     ext.attach(ctx)
-    col = collect.Collector(c, runner, TaskStream(world.train, seed=0),
-                            ext.harness_selector() or groups.FixedHarness(ctx.harness), ext.post_processors())
+    col = loopkit.collector(run, ctx, TaskStream(world.train, seed=0), ext)
     batches = [col.collect(s) for s in range(steps)]
     return ext, batches, runner
 
@@ -58,7 +55,7 @@ def test_rescue_replaces_all_fail_groups_and_reports_metrics(world, tmp_path):
             assert all(e.pool_version == training.pool_version(pool) for e in g.episodes)
         # the two helpers with the best validation rescue rate fix counting and aggregation: both rescued
         assert by_cat["counting"].success_rate == 0.5 and by_cat["aggregation-SUM"].success_rate == 0.5
-        m = ext.step_metrics(batch, {"time/step_s": batch.rollout_s})
+        m = ext.step_metrics(None, batch, {"time/step_s": batch.rollout_s})
         assert m["rescue/trigger_rate"] == pytest.approx(2 / 3) and m["rescue/success_rate"] == 1.0
         assert m["rescue/zero_variance_before"] == 1.0                       # every group: equal rewards
         assert m["rescue/zero_variance_after"] == pytest.approx(1 / 3)       # only DELETE (all success)
@@ -126,21 +123,20 @@ class _FlakyFirst:
 
 def test_rescue_never_fires_on_infrastructure_errors(world, tmp_path):
     counting = next(t for t in world.train if t.category == "counting")
-    c = loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.top_k": 2,
-                          "rl.tasks_per_step": 1})
+    run = loopkit.resolve(loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.top_k": 2,
+                                            "rl.tasks_per_step": 1}))
     engine = _FlakyFirst(world.policy, counting.data["description"])
-    runner = rollout.EpisodeRunner(c, engine, _env, world.tok)
-    ext = training.HarnessSExtension(c)
-    ext.attach(types.SimpleNamespace(runner=runner, harness=rollout.base_harness(c),
-                                     paths=RunPaths.of(str(tmp_path))))
+    runner = loopkit.runner(run, engine, _env, world.tok)
+    ext = training.HarnessSExtension(run.method("harness_s"))
+    ctx = loopkit.context(run, runner, RunPaths.of(str(tmp_path)))
+    ext.attach(ctx)
     try:
-        col = collect.Collector(c, runner, TaskStream([counting], seed=0),
-                                groups.FixedHarness(rollout.base_harness(c)), ext.post_processors())
+        col = loopkit.collector(run, ctx, TaskStream([counting], seed=0), ext)
         batch = col.collect(0)
         g = batch.groups[0]
         assert g.info["infra_errors"] == 1 and len(g.episodes) == 1 and not g.episodes[0].success
         assert g.harness_id != "rescue" and "rescue" not in g.info          # incomplete: not rescued
-        m = ext.step_metrics(batch, {"time/step_s": 1.0})
+        m = ext.step_metrics(None, batch, {"time/step_s": 1.0})
         assert m["rescue/trigger_rate"] == 0.0 and m["rescue/infra_groups"] == 1.0
         assert ext.access.router.n_decisions == 0
     finally:
@@ -194,7 +190,8 @@ def test_router_state_and_log_survive_resume_and_reanchoring_refreshes(world, tm
     learned = loopkit.policy_for(world.tok, world.train + world.val)   # H0 now solves counting too
     learned.items = {q: dict(it, _category="learned" if it["_category"] == "counting" else it["_category"])
                      for q, it in learned.items.items()}
-    runner2 = rollout.EpisodeRunner(ext.config, learned, _env, world.tok)
+    runner2 = loopkit.runner(loopkit.resolve(loopkit.config(**{"harness_s.pool": world.pool.path})), learned, _env,
+                             world.tok)
     try:
         router = ext.access.router
         state = json.loads(json.dumps(ext.state_dict()))     # what the checkpoint holds
@@ -211,11 +208,11 @@ def test_router_state_and_log_survive_resume_and_reanchoring_refreshes(world, tm
         assert router.reanchors[-1]["rescue_rate_after"] != router.reanchors[-1]["rescue_rate_before"]
         draws_after = [router.rank(world.train[0], [], step=9) for _ in range(3)]   # after the "checkpoint"
         # resume: a fresh extension restores the state; the log is cut back to the checkpoint
-        c = loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.name": "random",
-                              "harness_s.router.top_k": 2})
+        run = loopkit.resolve(loopkit.config(**{"harness_s.pool": world.pool.path, "harness_s.router.name": "random",
+                                                "harness_s.router.top_k": 2}))
         for _ in range(2):
-            ext2 = training.HarnessSExtension(c)
-            ext2.attach(types.SimpleNamespace(runner=runner, harness=rollout.base_harness(c), paths=paths))
+            ext2 = training.HarnessSExtension(run.method("harness_s"))
+            ext2.attach(loopkit.context(run, runner, paths))
             ext2.load_state_dict(state)
             r2 = ext2.access.router
             assert r2.n_decisions == 4 and len(open(ext2.log_path).readlines()) == n_lines

@@ -11,7 +11,7 @@ import pytest
 
 from harness_jax.harness.executor import ExecutorConfig, run_episodes
 from harness_jax.harness.store import TrajectoryStore
-from harness_jax.train import evaluation, rollout
+from harness_jax.train import evaluation
 
 from . import loopkit
 
@@ -52,7 +52,7 @@ def test_runner_overlay_pool_per_sibling_reused_and_sampling_override(world, qwe
     agg = [t for t in ts if t.category.startswith("aggregation")]
     c = loopkit.config(**{"rollout.temperature": 1.0})
     store = TrajectoryStore(str(tmp_path / "traces"))
-    runner = rollout.EpisodeRunner(c, policy, _env, qwen_tok, store, pool_version="pool123")
+    runner = loopkit.runner(loopkit.resolve(c), policy, _env, qwen_tok, store, pool_version="pool123")
     h0 = loopkit.h0(c)
     # a sibling with a sandboxed code hook, whose own sampling settings differ from the run's
     sib = loopkit.child(h0, "block_answer_after_error")
@@ -89,7 +89,7 @@ def test_overridden_turns_are_masked_out_of_the_loss(world, qwen_tok):
     ts, policy = world
     counting = [t for t in ts if t.category == "counting"]
     c = loopkit.config()
-    runner = rollout.EpisodeRunner(c, policy, _env, qwen_tok)
+    runner = loopkit.runner(loopkit.resolve(c), policy, _env, qwen_tok)
     sib = loopkit.child(loopkit.h0(c), "inspect_before_answer")
     try:
         ep = asyncio.run(runner.run(counting[0], sib, 1, "g", seed=3))[0]

@@ -146,14 +146,13 @@ def test_abstract_learner_has_the_real_shardings_and_lowers():
 def test_expert_axis_counts_in_the_row_multiple():
     """Defect: rows were padded for ("data", "fsdp") only while the learner shards the batch over
     the rules' batch axes, expert included: a mesh with expert > 1 failed at the first update."""
-    from ml_collections import config_dict
-    from harness_jax.train import builders
+    from harness_jax.train import schema, spec
 
     _, lr = make((1, 2, 1, 4), num_micro_batches=2)
     assert lr.batch_axes == ("fsdp", "expert")
     assert lr.row_multiple == 2 * 2 * 4
-    cfg = config_dict.ConfigDict(dict(rl=dict(pack_len=32, pack_buckets=(16,), pad_token_id=0)))
-    tb = rlbatch.pack_segments(random_segments(3, n=12), builders.pack_config(cfg, lr.row_multiple))
+    rl = schema.RLSection(pack_len=32, pack_buckets=(16,), pad_token_id=0)
+    tb = rlbatch.pack_segments(random_segments(3, n=12), spec.pack_config(rl, lr.row_multiple))
     assert tb.shape[0] % 16 == 0
     m = lr.update(tb)
     assert np.isfinite(m[0]["loss"])

@@ -34,12 +34,20 @@ success over WebShop, ALFWorld and DBBench of a vanilla Qwen3.5-9B target 44.3% 
 trained engineer. Cost per GRPO step: docs/harness_r1.md section 8 (K x n = 80 target episodes
 per packet, 4 packets).
 
-Memory per learner GPU (N = 8.95e9 engineer parameters, fsdp=4): fp32 params 9.0 GB, fp32
-grads 9.0 GB, Adam m+v 17.9 GB; activations (remat="block", bf16) for one 32768-token row:
-block inputs 32768 x 4096 x 2 B x 32 layers = 8.6 GB, one block's internals ~8 GB, log-probs in
-1024-token chunks 1 GB: ~54 GB of 80 GB.
+Memory plan: Pallas (Triton) flash attention with segment ids (nothing T x S), remat "offload"
+(each layer recomputed; its input in pinned host memory, 32 x 32768 x 4096 x 2 B = 8.6 GB off the
+GPU), weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part,
+exact (N = 8.95e9, fsdp=4): fp32 params 9.0 GB + Adam m, v 17.9 GB + fp32 gradient accumulator
+9.0 GB = 35.8 GB per GPU. AOT budget: does not fit (157 GB per device against the 72 GB budget =
+80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 4-device
+mesh at pack_len 32768, full depth, one 32768-token row per GPU per micro-batch
+(tests/experiments/test_aot.py). That compile is XLA:CPU's: it holds bf16 math and the bf16
+copies of dot operands in fp32 and keeps the offloaded layer inputs on the device, so the figure
+is an upper bound, but no fit is shown; before this plan (reference attention materialising
+[B, K, G, T, S] fp32 scores, dots-saveable remat, fp32 weight gathers) the same compile reported
+907 GB. Until a measurement on the GPUs (``benchmarks/accel_probe.py``) says otherwise, 32768-token
+rows on 4 x H100 are not known to fit.
 """
-import json
 
 from experiments.configs import common
 from experiments.configs.harness_r1 import common as r1_common
@@ -79,12 +87,14 @@ def get_config(benchmark: str = "dbbench"):
     c.model.preset = "9b"                 # engineer shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.remat = "offload"             # recompute each layer; its input waits in pinned host memory
+    c.model.attention = "pallas_gpu"      # Pallas (Triton) flash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one cycle scanned
 
     c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP
     c.mesh.num_devices = 4                # CUDA_VISIBLE_DEVICES=0,1,2,3
     c.mesh.platform = "gpu"               # H100-80GB
+    c.mesh.chip = "h100"                  # AOT budget: 80 GB per GPU
 
     c.rollout.mode = "disaggregated"      # engineer samples from SGLang on GPUs 4-5
     c.rollout.server_urls = ("http://127.0.0.1:30000", "http://127.0.0.1:30001")  # engineer servers
@@ -98,7 +108,8 @@ def get_config(benchmark: str = "dbbench"):
     t.kind = "sglang"                     # the frozen target on SGLang (GPUs 6-7)
     t.urls = ("http://127.0.0.1:31000", "http://127.0.0.1:31001")  # target servers
     t.model = "qwen3.5-9b-target"         # served model name
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.0                   # greedy reruns (the public code: the target re-runs greedily)
     t.max_new_tokens = 4096               # the published per-call limit, thinking off
     t.max_context = 32768                 # target context

@@ -29,7 +29,6 @@ and ~390 CPU-s on the 2 shared cores (loaded machine); ``launch/evaluate_enginee
 same flags adds ~1.5-2 min. Kill it and run the same command again: it resumes from the last
 finished stage / checkpoint.
 """
-import json
 
 from experiments.configs.harness_r1 import common as r1_common
 from harness_jax.sweeps import hyper
@@ -54,7 +53,7 @@ def get_config():
     t.model = "scripted-dbbench-agent"    # its label in cache keys
     t.version = "1"                       # pinned version
     t.factory = "harness_jax.harness_r1.scripted:dbbench_agent"  # the scripted agent
-    t.options = json.dumps({"kwargs": {"seed": 0}})  # it indexes the generated tasks of the packets' seed
+    t.options.kwargs = {"seed": 0}       # it indexes the generated tasks of the packets' seed
     t.temperature = 1.0                   # sampling target (paired by seed)
     t.max_new_tokens = 128                # its replies are one short action
     t.max_context = 4096                  # tokens of context

@@ -28,7 +28,6 @@ the engineer learned to emit malformed responses (valid 0.22 sampled, 0.00 greed
 patches earn 0, more than any harmful patch). ~7 min wall / ~450 CPU-s for launch/engineer.py
 and ~7.5 min for the full table on 2 loaded cores.
 """
-import json
 import os
 
 from experiments.configs import cpu_learnable
@@ -62,8 +61,11 @@ def get_config(hf_dir: str = DEFAULT_HF_DIR):
     t.tokenizer = t.model                 # the executor renders and tokenises with the policy's own tokenizer
     t.version = ""                        # derived: the weights fingerprint (keys every cache)
     t.factory = ""                        # (kind "factory" only)
-    t.options = json.dumps({"max_slots": 64, "max_len": 1024, "decode_steps": 8,
-                            "prefill_buckets": [64, 256, 512]})  # 64 episodes decode together
+    t.options.kwargs = {}                 # (kind "factory" only)
+    t.options.max_slots = 64              # 64 episodes decode together
+    t.options.max_len = 1024              # tokens per engine slot
+    t.options.decode_steps = 8            # decode tokens per host round trip
+    t.options.prefill_buckets = (64, 256, 512)  # prefill chunk lengths
     t.temperature = 1.0                   # the Harness-S demo's rollout temperature (paired seeds)
     t.max_new_tokens = 64                 # one SQL action per turn (its training budget)
     t.max_context = 960                   # < max_len: room for harness hints in the context

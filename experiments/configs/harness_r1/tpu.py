@@ -25,14 +25,20 @@ GRPO train step lowers for the 16-device fsdp mesh on CPU fake devices with the 
 shapes (tests/harness_r1/test_r1_configs.py). The paper's figure for this setting: a vanilla
 Qwen3.5-9B target's equal-weight mean 44.3% -> 53.6%.
 
-Memory per chip (N = 8.95e9 engineer parameters, fsdp=16): params + grads + Adam = 16 B x N / 16
-= 9 GB; activations for one 32768-token row (remat="block", bf16): block inputs 8.6 GB + one
-block ~8 GB + log-prob chunks 1 GB; engine caches (colocated): 32 slots x (8 attention layers x
-2 x 4 kv heads x 256 x 32768 x 2 B + 24 GDN layers x 32 x 128 x 128 x 4 B) / 16 = 0.6 GB;
-~27 GB of 95 GB. The workdir must be a shared local mount (the packet dataset and caches are
+Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "offload" (each
+layer recomputed; its input, 32 x 32768 x 4096 x 2 B = 8.6 GB per chip, in pinned host memory),
+weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part, exact
+(N = 8.95e9, fsdp=16): params + Adam + fp32 gradient accumulator = 16 B x N / 16 = 9 GB per chip.
+AOT budget: does not fit (123 GB per device against the 85.5 GB budget = 95 GB less 10%
+headroom), from XLA's memory analysis of the train step compiled for the 16-device mesh at
+pack_len 32768, full depth, one row per chip per micro-batch (tests/experiments/test_aot.py).
+That compile is XLA:CPU's (splash replaced by the XLA flash kernel): it holds bf16 math in fp32
+and keeps the offloaded inputs on the device, so it is an upper bound, but no fit is shown. A
+compile for the v5p topology itself (libtpu on the CPU host, docs/model.md "AOT budgets") or
+``benchmarks/accel_probe.py`` on the slice settles it; engine caches (colocated, 32 slots x
+32768 tokens) add 0.6 GB per chip. The workdir must be a shared local mount (the packet dataset and caches are
 files; checkpoints could go to gs:// but the pipeline keeps one root).
 """
-import json
 
 from experiments.configs.harness_r1 import common as r1_common
 from experiments.configs.harness_r1.gpu8 import use_benchmark
@@ -46,12 +52,14 @@ def get_config(benchmark: str = "dbbench"):
     c.model.preset = "9b"                 # engineer shapes (weights from --config.model.hf_path)
     c.model.dtype = "bfloat16"            # bf16 compute
     c.model.param_dtype = "float32"       # fp32 master weights
-    c.model.remat = "block"               # rematerialise each decoder block
+    c.model.remat = "offload"             # recompute each layer; its input waits in pinned host memory
+    c.model.attention = "splash"          # TPU Pallas splash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one cycle scanned
 
     c.mesh.shape = (1, 16, 1, 1)          # FSDP over the 16 chips
     c.mesh.num_devices = 16               # v5p-32 = 16 chips
     c.mesh.platform = "tpu"               # TPU v5p
+    c.mesh.chip = "v5p"                   # AOT budget: 95 GB per chip
 
     c.rollout.mode = "colocated"          # the engineer samples on its own mesh
     c.rollout.max_slots = 32              # K=8 x 4 packets
@@ -66,7 +74,8 @@ def get_config(benchmark: str = "dbbench"):
     t.urls = ("http://target-0:31000", "http://target-1:31000")  # the JAX target hosts
     t.model = "qwen3.5-9b-target"         # served model name
     t.version = "1"                       # pinned: the --weight_version the servers report
-    t.options = json.dumps({"max_concurrency": 64, "timeout_s": 600})  # client options
+    t.options.max_concurrency = 64       # client: requests in flight
+    t.options.timeout_s = 600.0          # client: per-request timeout
     t.temperature = 0.0                   # greedy reruns (the public code: the target re-runs greedily)
     t.max_new_tokens = 4096               # per call, thinking off
     t.max_context = 32768                 # target context

@@ -22,7 +22,7 @@ lowers for the 4-device fsdp mesh on CPU fake devices (tests/harness_s/test_conf
 target: held-out Pass@3/Avg@3 under H0 above the GRPO-only run (``--config.harness_s.rescue.
 enabled=False``) of the same budget; rescue success rates per training stage in ``rescue/*``.
 
-Memory: as ``gpu8_qwen35_4b_dbbench`` (~22 GB of 80 GB per learner GPU); rescue adds rollouts
+Memory: the train step and AOT budget of ``gpu8_qwen35_4b_dbbench`` (its docstring); rescue adds rollouts
 on the servers, not learner memory (a rescued group keeps G=8 episodes with ``split``).
 Voters: set ``--config.harness_s.router.votes.voters`` (and export their key variables); with
 none, use ``--config.harness_s.router.name=features``.

@@ -14,7 +14,7 @@ Expected result: not run by this project (no TPU here); the config validates and
 lowers for a 16-device fsdp mesh on CPU fake devices (tests/harness_s/test_configs.py). The
 pool file and the routing log are local files (a ``gs://`` workdir needs
 ``harness_s.router.log.path`` on a local disk; the run says so). Memory: as ``tpu_qwen35_9b``
-(~17 GB of 95 GB per chip); rescue rollouts use the same engine slots.
+(the train step and AOT budget in its docstring); rescue rollouts use the same engine slots.
 """
 from experiments.configs import tpu_qwen35_9b
 from experiments.configs.harness_s import common

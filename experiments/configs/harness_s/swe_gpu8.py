@@ -16,8 +16,8 @@ Commands::
 Expected result: not run by this project (no GPU here); the config validates and lowers like the
 DBBench preset (tests/harness_s/test_configs.py). Target: resolved rate on held-out instances
 under H0 above GRPO alone. Memory: episodes of up to 50 tool calls with long file views are
-packed at 16384 tokens with one row per micro-batch (~31 GB per learner GPU, the AppWorld
-preset's arithmetic); G=8 x 16 tasks per step because each episode runs a sandboxed test suite.
+packed at 16384 tokens with one row per micro-batch (the AppWorld preset's train step and AOT
+budget); G=8 x 16 tasks per step because each episode runs a sandboxed test suite.
 """
 from experiments.configs import gpu8_qwen35_4b_dbbench
 from experiments.configs.harness_s import common

@@ -21,7 +21,8 @@ from harness_jax.envs.appworld.generator import (build_tree, generate_tasks, lis
                                                  oracle_cells, wrong_cells)
 from harness_jax.envs.appworld.protocol import (FUNCTION_INSTRUCTION, REACT_INSTRUCTION,
                                                 TOOL_NAME, TOOL_SPECS, extract_code, task_prompt)
-from harness_jax.envs.appworld.service import (AppWorldTaskError, AppWorldUnavailable,
+from harness_jax.envs.appworld.service import (AppWorldBusy, AppWorldTaskError,
+                                               AppWorldUnavailable, EpisodeConnection,
                                                ServiceClient, runtime_paths, start_service)
 
 
@@ -66,7 +67,8 @@ def tgc_sgc(results, ks=(1, 3)) -> dict:
 
 
 __all__ = [
-    "ENV_NAME", "AppWorldEnv", "AppWorldTaskError", "AppWorldUnavailable", "FUNCTION_INSTRUCTION",
+    "ENV_NAME", "AppWorldBusy", "AppWorldEnv", "AppWorldTaskError", "AppWorldUnavailable",
+    "EpisodeConnection", "FUNCTION_INSTRUCTION",
     "REACT_INSTRUCTION", "ServiceClient", "TOOL_NAME", "TOOL_SPECS", "build_tree",
     "extract_code", "generate_tasks", "list_templates", "load_bundle_split", "load_split",
     "load_tasks", "make_task", "oracle_cells", "runtime_paths", "scenario_map", "scenario_of",

@@ -10,6 +10,11 @@ or the interaction budget runs out; AppWorld's own evaluator then runs the task'
 passes (task goal completion); ``evaluate()`` also gives the passed/failed requirements with
 AppWorld's failure traces.
 
+Each episode runs in its own sandboxed process that sees only its task's start state (no ground
+truth: AppWorld's evaluator runs elsewhere), and is leased to this env's connection: ``close()``,
+a dropped connection or this process exiting frees it within seconds; ``idle_timeout_s`` bounds
+how long an open episode may go without a request.
+
 Failures of the machinery (the service down, a worker process that died) are reported as
 ``info["infra_error"]`` (and ``reset`` raises ``InfraError``), never as task failures. A cell
 that keeps running past its timeout (code that defeats AppWorld's own SIGALRM timeout) gets its
@@ -22,8 +27,8 @@ from typing import Any, Optional, Union
 
 from harness_jax.envs.appworld import data as awdata
 from harness_jax.envs.appworld import protocol as proto
-from harness_jax.envs.appworld.service import (AppWorldUnavailable, ServiceClient,
-                                               start_service)
+from harness_jax.envs.appworld.service import (AppWorldUnavailable, EpisodeConnection,
+                                               ServiceClient, start_service)
 from harness_jax.envs.base import Action, BlockingEnv, InfraError, StepResult, Task, ToolCall
 
 log = logging.getLogger(__name__)
@@ -47,7 +52,10 @@ class AppWorldEnv(BlockingEnv):
         the interrupted episode as an infrastructure failure.
       socket_path: the service's socket (default: ``HARNESS_JAX_APPWORLD_SOCKET`` or the
         script's default).
-      acquire_timeout_s: how long ``reset`` waits for a free worker when all are busy.
+      acquire_timeout_s: how long ``reset`` waits for a free worker when all are busy (then
+        ``AppWorldBusy`` names the holders).
+      idle_timeout_s: the service closes this env's episode after this long without a request
+        (0: the service's limit, ``HARNESS_JAX_APPWORLD_IDLE_S``; it can only be lowered).
     """
 
     name = awdata.ENV_NAME
@@ -56,7 +64,8 @@ class AppWorldEnv(BlockingEnv):
                  timeout_seconds: int = 30, raise_on_unsafe_syntax: bool = True,
                  max_api_calls_per_interaction: int = 1000, kill_grace_s: float = KILL_GRACE_S,
                  auto_restart: bool = False, socket_path: Optional[str] = None,
-                 acquire_timeout_s: float = 600.0, client: Optional[ServiceClient] = None):
+                 acquire_timeout_s: float = 600.0, idle_timeout_s: float = 0.0,
+                 client: Optional[ServiceClient] = None):
         if protocol not in ("text", "function"):
             raise ValueError(f"protocol={protocol!r}: expected 'text' or 'function'")
         if max_interactions < 1:
@@ -66,6 +75,8 @@ class AppWorldEnv(BlockingEnv):
                              "AppWorld uses SIGALRM)")
         if kill_grace_s < 0:
             raise ValueError(f"kill_grace_s={kill_grace_s} must be >= 0")
+        if idle_timeout_s < 0:
+            raise ValueError(f"idle_timeout_s={idle_timeout_s} must be >= 0 (0: the service's)")
         self.protocol = protocol
         self.max_interactions = int(max_interactions)
         self.timeout_seconds = int(timeout_seconds)
@@ -74,9 +85,11 @@ class AppWorldEnv(BlockingEnv):
         self.kill_grace_s = float(kill_grace_s)
         self.auto_restart = bool(auto_restart)
         self.acquire_timeout_s = float(acquire_timeout_s)
+        self.idle_timeout_s = float(idle_timeout_s)
         self.client = client or ServiceClient(socket_path)
         self.task: Optional[Task] = None
         self.episode_id: Optional[str] = None
+        self._conn: Optional[EpisodeConnection] = None
         self._reset_state()
 
     # -- prompts ---------------------------------------------------------------------------------
@@ -95,17 +108,26 @@ class AppWorldEnv(BlockingEnv):
         self.status = "running"
         self.task_completed = False
         self.worker: Optional[dict] = None
+        self.timings: dict = {}        # the service's phases of this reset (seconds)
+        self.eval_timings: dict = {}   # ... of the last evaluation
         self._result: Optional[dict] = None
         self.history: list = []
 
     def _close_episode(self) -> None:
-        if self.episode_id is None:
-            return
+        conn, self._conn = self._conn, None
         eid, self.episode_id = self.episode_id, None
         try:
-            self.client.close_episode(eid)
-        except Exception as e:  # noqa: BLE001 - the service may be gone; it reaps idle episodes
+            if eid is not None and conn is not None:
+                conn.close_episode(eid)
+        except Exception as e:  # noqa: BLE001 - the service may be gone; closing the lease frees it
             log.debug("closing AppWorld episode %s failed: %s", eid, e)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _open(self, data_dir: str, task_id: str, opts: dict) -> dict:
+        self._conn = self.client.connect()
+        return self._conn.open_episode(data_dir, task_id, **opts)
 
     def _restart_if_down(self) -> None:
         if self.auto_restart and not self.client.available():
@@ -126,16 +148,22 @@ class AppWorldEnv(BlockingEnv):
                     timeout_seconds=self.timeout_seconds,
                     raise_on_unsafe_syntax=self.raise_on_unsafe_syntax,
                     max_api_calls_per_interaction=self.max_api_calls_per_interaction,
-                    kill_grace_s=self.kill_grace_s, acquire_timeout_s=self.acquire_timeout_s)
+                    kill_grace_s=self.kill_grace_s, acquire_timeout_s=self.acquire_timeout_s,
+                    idle_timeout_s=self.idle_timeout_s)
         try:
-            out = self.client.open_episode(data_dir, task.data["task_id"], **opts)
+            out = self._open(data_dir, task.data["task_id"], opts)
         except AppWorldUnavailable:
+            self._close_episode()
             if not self.auto_restart:
                 raise
             self._restart_if_down()
-            out = self.client.open_episode(data_dir, task.data["task_id"], **opts)
+            out = self._open(data_dir, task.data["task_id"], opts)
+        except BaseException:
+            self._close_episode()
+            raise
         self.episode_id = out["episode_id"]
         self.worker = out.get("worker")
+        self.timings = dict(out.get("timings") or {})
         info = out.get("task") or {}
         return proto.task_prompt(info.get("instruction", task.data.get("instruction", "")),
                                  info.get("supervisor") or {})
@@ -179,8 +207,8 @@ class AppWorldEnv(BlockingEnv):
                 return self._finish(info["invalid_action"], "limit_reached", info)
             return StepResult(observation=info["invalid_action"], info=info)
         try:
-            out = self.client.execute(self.episode_id, code,
-                                      timeout_s=self.timeout_seconds + self.kill_grace_s + 90)
+            out = self._conn.execute(self.episode_id, code,
+                                     timeout_s=self.timeout_seconds + self.kill_grace_s + 90)
         except InfraError as e:
             return self._infra(str(e), info)
         if out.get("infra_error"):
@@ -242,10 +270,11 @@ class AppWorldEnv(BlockingEnv):
 
     def _evaluate_now(self) -> dict:
         try:
-            out = self.client.evaluate(self.episode_id)
+            out = self._conn.evaluate(self.episode_id)
         except InfraError as e:
             self._result = self._base_result(False, infra_error=True, error=str(e))
             return self._result
+        self.eval_timings = dict(out.get("timings") or {})
         if "tracker" not in out:
             self._result = self._base_result(False, infra_error=bool(out.get("infra_error")),
                                              error=out.get("error"))

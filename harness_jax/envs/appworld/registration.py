@@ -32,7 +32,8 @@ def _section() -> ml_collections.ConfigDict:
     s.kill_grace_s = 15.0             # how long past timeout_seconds a cell may run before its worker is killed
     s.auto_restart = False            # service down: start it (scripts/appworld.sh) and report the episode as an infrastructure failure
     s.socket_path = ""                # the service's socket ("" = $HARNESS_JAX_APPWORLD_SOCKET or scripts/appworld.sh's)
-    s.acquire_timeout_s = 600.0       # how long reset waits for a free service worker
+    s.acquire_timeout_s = 600.0       # how long reset waits for a free service worker (then an error names the holders)
+    s.idle_timeout_s = 0.0            # the service closes an episode after this long without a request (0 = the service's limit)
     s.data_dir = ""                   # a real AppWorld data tree ("" = generated tasks, env.num_tasks per split)
     s.test_dataset = "test_normal"    # real data: the dataset of the test split ("test_normal" | "test_challenge")
     s.search_fraction = 0.2           # real data: share of AppWorld's train dataset used as the search split
@@ -48,7 +49,8 @@ def _env_kwargs(env) -> dict:
                 timeout_seconds=int(s.timeout_seconds), raise_on_unsafe_syntax=bool(s.raise_on_unsafe_syntax),
                 max_api_calls_per_interaction=int(s.max_api_calls_per_interaction),
                 kill_grace_s=float(s.kill_grace_s), auto_restart=bool(s.auto_restart),
-                socket_path=or_none(s.socket_path), acquire_timeout_s=float(s.acquire_timeout_s))
+                socket_path=or_none(s.socket_path), acquire_timeout_s=float(s.acquire_timeout_s),
+                idle_timeout_s=float(s.idle_timeout_s))
 
 
 def _split_kwargs(env) -> dict:
@@ -64,7 +66,8 @@ SECTION = EnvSection(section=_section, env_kwargs=_env_kwargs, split_kwargs=_spl
                      choices={"test_dataset": ("test_normal", "test_challenge"),
                               "difficulty": (0, 1, 2, 3)},
                      at_least={"max_interactions": 1, "timeout_seconds": 1, "people": 1,
-                               "search_fraction": 0.0, "kill_grace_s": 0.0, "acquire_timeout_s": 1e-3})
+                               "search_fraction": 0.0, "kill_grace_s": 0.0, "acquire_timeout_s": 1e-3,
+                               "idle_timeout_s": 0.0})
 
 SPEC = EnvSpec("appworld", _make, _load_split,
                "AppWorld on its real runtime (own venv + service); generated or real data/ trees",

@@ -5,6 +5,10 @@ AppWorld runs in its own virtual environment (``scripts/appworld.sh``), behind t
 environment variables the script reads, talks to the service with the standard library only, and
 turns every way it can be missing or broken into one clear error naming the fixing command.
 
+An episode is leased to the connection that opened it (``EpisodeConnection``): when that
+connection closes or this process exits, the service closes the episode and frees its worker
+within seconds.
+
     HARNESS_JAX_APPWORLD_HOME    (default ~/.cache/harness_jax/appworld)  venv/, service/, data/
     HARNESS_JAX_APPWORLD_SOCKET  (default $HOME/service/appworld.sock)
 """
@@ -21,7 +25,7 @@ from typing import Any, Optional
 
 from harness_jax.envs.base import InfraError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 VENV_SIDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "venv_side")
@@ -34,6 +38,11 @@ class AppWorldUnavailable(InfraError):
     """AppWorld's installation, data or service is missing or down; the message names the fix.
 
     A subclass of ``InfraError``: executors treat it as an infrastructure failure."""
+
+
+class AppWorldBusy(InfraError):
+    """Every worker of the service holds an episode; the message names each holder (episode,
+    task, client pid and command) and the fixes."""
 
 
 class AppWorldTaskError(ValueError):
@@ -99,11 +108,19 @@ class ServiceClient:
             f"the AppWorld service is not running at {self.socket} ({why}): run `{START_CMD}` "
             "(or point HARNESS_JAX_APPWORLD_SOCKET at a running service)")
 
-    def request(self, method: str, path: str, body: Optional[dict] = None,
-                timeout_s: Optional[float] = None) -> dict:
+    def _connection(self, timeout_s: float) -> _UnixHTTPConnection:
         if not os.path.exists(self.socket):
             raise self._down("no socket file")
-        conn = _UnixHTTPConnection(self.socket, timeout_s or self.timeout_s)
+        return _UnixHTTPConnection(self.socket, timeout_s)
+
+    def exchange(self, conn: _UnixHTTPConnection, method: str, path: str,
+                 body: Optional[dict] = None, timeout_s: Optional[float] = None) -> dict:
+        """One request on ``conn`` (kept open for the next one); every failure is an
+        ``InfraError`` naming what broke, bad input an ``AppWorldTaskError``."""
+        timeout = timeout_s or self.timeout_s
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         try:
             data = None if body is None else json.dumps(body).encode()
             conn.request(method, path, body=data,
@@ -114,12 +131,10 @@ class ServiceClient:
             raise self._down(type(e).__name__) from e
         except socket.timeout as e:
             raise InfraError(f"the AppWorld service did not answer {method} {path} within "
-                             f"{timeout_s or self.timeout_s:.0f} s") from e
+                             f"{timeout:.0f} s") from e
         except (ConnectionError, http.client.HTTPException, OSError) as e:
             raise InfraError(f"the AppWorld service connection failed during {method} {path}: "
                              f"{e!r}") from e
-        finally:
-            conn.close()
         try:
             out = json.loads(raw.decode() or "null")
         except ValueError as e:
@@ -131,17 +146,30 @@ class ServiceClient:
         if resp.status == 400 or (resp.status == 404 and isinstance(out, dict)
                                   and out.get("missing") in ("task", "data")):
             raise AppWorldTaskError(str(msg))
+        if resp.status == 503 and isinstance(out, dict) and out.get("busy"):
+            raise AppWorldBusy(str(msg))
         raise InfraError(f"AppWorld service error on {method} {path} (HTTP {resp.status}): {msg}")
 
+    def request(self, method: str, path: str, body: Optional[dict] = None,
+                timeout_s: Optional[float] = None) -> dict:
+        """One request on a connection of its own (not for episodes: see ``connect``)."""
+        conn = self._connection(timeout_s or self.timeout_s)
+        try:
+            return self.exchange(conn, method, path, body, timeout_s)
+        finally:
+            conn.close()
+
     # -- API ------------------------------------------------------------------------------------
-    def health(self) -> dict:
-        h = self.request("GET", "/health", timeout_s=10)
-        if h.get("protocol") != PROTOCOL_VERSION:
+    def check_protocol(self, reply: dict) -> dict:
+        if reply.get("protocol") != PROTOCOL_VERSION:
             raise AppWorldUnavailable(
-                f"the AppWorld service at {self.socket} speaks protocol {h.get('protocol')}, "
+                f"the AppWorld service at {self.socket} speaks protocol {reply.get('protocol')}, "
                 f"this client {PROTOCOL_VERSION}: restart it with `bash scripts/appworld.sh stop "
                 f"&& {START_CMD}`")
-        return h
+        return reply
+
+    def health(self) -> dict:
+        return self.check_protocol(self.request("GET", "/health", timeout_s=10))
 
     def available(self) -> bool:
         try:
@@ -150,11 +178,40 @@ class ServiceClient:
         except Exception:  # noqa: BLE001
             return False
 
+    def connect(self) -> "EpisodeConnection":
+        """A persistent connection that leases the episodes opened on it."""
+        return EpisodeConnection(self)
+
+
+class EpisodeConnection:
+    """One connection to the service, kept open for an episode's life. The service ties the
+    episodes opened on it to it: closing it (``close``), or this process exiting, closes them
+    and frees their workers within seconds. One caller at a time."""
+
+    def __init__(self, client: ServiceClient):
+        self.client = client
+        self._conn: Optional[_UnixHTTPConnection] = None
+
+    def request(self, method: str, path: str, body: Optional[dict] = None,
+                timeout_s: Optional[float] = None) -> dict:
+        if self._conn is None:
+            self._conn = self.client._connection(timeout_s or self.client.timeout_s)
+        try:
+            return self.client.exchange(self._conn, method, path, body, timeout_s)
+        except InfraError:
+            self.close()              # the lease is gone with it: the service frees the episode
+            raise
+
     def open_episode(self, data_dir: str, task_id: str, **options: Any) -> dict:
         body = {"data_dir": os.path.abspath(data_dir), "task_id": task_id}
         body.update(options)
         wait = float(options.get("acquire_timeout_s", 600))
-        return self.request("POST", "/episodes", body, timeout_s=wait + 240)
+        out = self.request("POST", "/episodes", body, timeout_s=wait + 420)
+        try:
+            return self.client.check_protocol(out)
+        except AppWorldUnavailable:
+            self.close()        # an older service does not lease episodes: do not use it
+            raise
 
     def execute(self, episode_id: str, code: str, timeout_s: float) -> dict:
         return self.request("POST", f"/episodes/{episode_id}/execute", {"code": code},
@@ -165,6 +222,11 @@ class ServiceClient:
 
     def close_episode(self, episode_id: str) -> dict:
         return self.request("DELETE", f"/episodes/{episode_id}", {}, timeout_s=120)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
 
 def start_service(timeout_s: float = 600.0) -> str:

@@ -2,7 +2,8 @@
 
 Each ``Workspace`` is a private directory holding the repository (seen as ``/testbed`` inside the
 sandbox) and a scratch ``/tmp``; both belong to a fresh unprivileged uid. Every command runs in a
-new ``bwrap`` (Debian's ``bubblewrap`` package) with:
+new ``bwrap`` (Debian's ``bubblewrap`` package; the command line comes from ``envs/bwrap.py``,
+shared with the AppWorld service) with:
 
 * new network, pid, ipc and uts namespaces: no network at all (only a loopback that is down), no
   view of the host's processes, and every process the command leaves behind dies with it;
@@ -39,9 +40,11 @@ import time
 from typing import Optional
 import posixpath
 
+from harness_jax.envs import bwrap
+
 TESTBED = "/testbed"
 SANDBOX_TMP = "/tmp"
-_UID_BASE = 200_000 + (os.getpid() % 2048) * 256
+_UID_BASE = bwrap.SWE_UID_BASE + (os.getpid() % 2048) * 256
 _UIDS = itertools.count()
 _UID_LOCK = threading.Lock()
 
@@ -92,49 +95,16 @@ class CommandResult:
     disk_exceeded: bool = False
 
 
-def _python_roots() -> list[str]:
-    roots = []
-    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
-        p = os.path.realpath(p)
-        if not p.startswith(("/usr/", "/etc/")) and p not in roots and os.path.isdir(p):
-            if not any(p.startswith(r + "/") for r in roots):
-                roots.append(p)
-    return roots
-
-
 def _python_bin() -> str:
     return os.path.dirname(os.path.realpath(sys.executable))
 
 
 def _bwrap_argv(testbed: str, tmp: str, uid: int, limits: SandboxLimits, cpu_s: int,
                 extra_ro: tuple = ()) -> list[str]:
-    argv = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session",
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--hostname", "sandbox",
-            "--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for link in ("bin", "lib", "lib64", "sbin"):
-        target = os.path.join("/", link)
-        if os.path.islink(target):
-            argv += ["--symlink", os.readlink(target), target]
-        elif os.path.isdir(target):
-            argv += ["--ro-bind", target, target]
-    made = set()
-    for root in _python_roots() + list(extra_ro):
-        parts = root.strip("/").split("/")
-        for i in range(1, len(parts)):
-            anc = "/" + "/".join(parts[:i])
-            if anc not in made and anc not in ("/usr", "/etc"):
-                argv += ["--perms", "0755", "--dir", anc]   # traversable by the episode's uid
-                made.add(anc)
-        argv += ["--ro-bind", root, root]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--bind", testbed, TESTBED, "--bind", tmp, SANDBOX_TMP, "--chdir", TESTBED,
-             "--", "/usr/bin/setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
-             "/usr/bin/prlimit", f"--as={limits.as_mb * 1024 * 1024}",
-             f"--nproc={limits.nproc}", f"--fsize={limits.fsize_mb * 1024 * 1024}",
-             f"--nofile={limits.nofile}", "--core=0", f"--cpu={cpu_s}", "--"]
-    return argv
+    rlimits = bwrap.Rlimits(as_mb=limits.as_mb, nproc=limits.nproc, fsize_mb=limits.fsize_mb,
+                            nofile=limits.nofile, cpu_s=cpu_s)
+    binds = ((testbed, TESTBED, True), (tmp, SANDBOX_TMP, True))
+    return bwrap.bwrap_argv(uid, rlimits, binds=binds, chdir=TESTBED, etc=True, extra_ro=extra_ro)
 
 
 def sandbox_env() -> dict:
@@ -148,17 +118,9 @@ def sandbox_env() -> dict:
 @functools.lru_cache(maxsize=1)
 def bwrap_status() -> tuple[bool, str]:
     """``(works, reason)``: whether a sandboxed command can run here."""
-    if os.name != "posix" or not sys.platform.startswith("linux"):
-        return False, "the SWE sandbox needs Linux"
-    if shutil.which("bwrap") is None:
-        return False, ("bubblewrap is not installed: `apt-get install bubblewrap` (or "
-                       "`bash scripts/swe_sandbox.sh install`)")
-    if os.geteuid() != 0:
-        return False, ("the SWE sandbox switches every episode to its own uid, which needs root "
-                       "(CAP_SETUID); run the environment as root or inside a container")
-    for tool in ("/usr/bin/setpriv", "/usr/bin/prlimit"):
-        if not os.path.exists(tool):
-            return False, f"{tool} is missing (Debian package util-linux)"
+    problem = bwrap.host_problem("the SWE sandbox")
+    if problem:
+        return False, problem
     ws = None
     try:
         ws = Workspace(SandboxLimits(timeout_s=30))
@@ -189,17 +151,6 @@ def _chown_tree(root: str, uid: int) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
-def tree_size(root: str) -> int:
-    total = 0
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 class Workspace:
@@ -289,7 +240,7 @@ class Workspace:
         code = proc.returncode if not timed_out else None
         if code is not None and code < 0:
             code = 128 - code
-        disk = tree_size(self.root) > lim.disk_mb * 1024 * 1024
+        disk = bwrap.tree_size(self.root) > lim.disk_mb * 1024 * 1024
         return CommandResult(text, code, timed_out, truncated, time.perf_counter() - t0, disk)
 
     @staticmethod

@@ -23,6 +23,7 @@ from harness_jax.envs.base import content_hash
 from harness_jax.envs.webshop import reward as rw
 from harness_jax.envs.webshop.search import SEARCH_RETURN_N, SearchIndex
 from harness_jax.envs.webshop.data import ProductTable
+from harness_jax.envs.webshop.generator import GeneratedCatalog
 
 WORLD_KINDS = ("generated", "files")
 
@@ -142,7 +143,6 @@ _WORLDS_LOCK = threading.Lock()
 def make_catalog(spec: dict):
     spec = check_spec(spec)
     if spec["kind"] == "generated":
-        from harness_jax.envs.webshop.generator import GeneratedCatalog
         return GeneratedCatalog(spec["n_products"], spec["seed"])
     return ProductTable.from_files(spec["products"], spec["attributes"],
                                    spec["human_instructions"], spec["num_products"])

@@ -1,6 +1,6 @@
 """Episode workers: where the executor's episodes (and other per-worker jobs) run.
 
-Backends (``create(backend, ...)`` / ``from_config(config)``):
+Backends (``create(backend, ...)`` / ``from_spec(spec.workers)``):
 
 * ``"inprocess"`` -- on the caller's event loop (today's behaviour and the default; ``create``
   returns ``None`` and the executor runs episodes itself);
@@ -45,10 +45,10 @@ lost job (``engine.end_episode``) so a retry starts clean.
 """
 from __future__ import annotations
 
-from harness_jax.harness.workers.inprocess import BACKENDS, InProcessPool, create, from_config
+from harness_jax.harness.workers.inprocess import BACKENDS, InProcessPool, create, from_spec
 from harness_jax.harness.workers.pool import WorkerPool
 from harness_jax.harness.workers.wire import Ref, RemoteError, WorkerLost
 from harness_jax.harness.workers.worker import WorkerContext, main, serve
 
 __all__ = ["BACKENDS", "InProcessPool", "Ref", "RemoteError", "WorkerContext", "WorkerLost", "WorkerPool",
-           "create", "from_config", "main", "serve"]
+           "create", "from_spec", "main", "serve"]

@@ -7,13 +7,12 @@ import inspect
 import itertools
 from typing import Any, Callable, Optional
 
-from harness_jax import config_schema
 from harness_jax.harness.workers.pool import WorkerPool
 from harness_jax.harness.workers.wire import Ref, close_quietly
 from harness_jax.harness.workers.worker import WorkerContext
 from harness_jax.sampling.types import RolloutEngine
 
-BACKENDS = config_schema.WORKER_BACKENDS
+BACKENDS = ("inprocess", "processes", "ray")   # where episodes run (``create``); the package docstring describes each
 
 
 class InProcessPool:
@@ -74,9 +73,8 @@ def create(backend: str = "inprocess", workers: int = 2, slots: int = 16, **kw):
     return WorkerPool(backend, workers, slots, **kw)
 
 
-def from_config(config):
-    """The backend of ``config.workers`` (None = in-process; every field is read)."""
-    w = config.workers
-    backend, n, slots = str(w.backend), int(w.num_workers), int(w.slots)
-    ray_address, ray_cpus = str(w.ray_address), float(w.ray_cpus)
-    return create(backend, n, slots, ray_address=ray_address, ray_cpus=ray_cpus)
+def from_spec(spec):
+    """The backend of a ``workers`` spec (``train.spec.WorkersSection``: backend, num_workers,
+    slots, ray_address, ray_cpus); None = in-process."""
+    return create(str(spec.backend), int(spec.num_workers), int(spec.slots), ray_address=str(spec.ray_address),
+                  ray_cpus=float(spec.ray_cpus))

@@ -2,13 +2,14 @@
 
 See docs/contracts.md for the interface other packages use.
 """
-from . import kernels, presets
+from . import attention, kernels, presets
 from .cache import Qwen3_5Cache, init_cache, reset_cache_rows, shard_cache
 from .checkpoint import CheckpointError, load_hf, save_hf
-from .config import FULL, LINEAR, ConfigError, Qwen3_5Config
+from .config import FULL, LINEAR, REMAT_POLICIES, ConfigError, Qwen3_5Config
 from .model import Qwen3_5ForCausalLM, decode_layout
 
 __all__ = [
     "Qwen3_5Config", "ConfigError", "CheckpointError", "Qwen3_5ForCausalLM", "Qwen3_5Cache",
-    "decode_layout", "init_cache", "reset_cache_rows", "shard_cache", "load_hf", "save_hf", "presets", "kernels", "LINEAR", "FULL",
+    "decode_layout", "init_cache", "reset_cache_rows", "shard_cache", "load_hf", "save_hf", "presets", "kernels", "attention", "LINEAR", "FULL",
+    "REMAT_POLICIES",
 ]

@@ -2,8 +2,8 @@
 
 Field names follow Hugging Face's ``Qwen3_5TextConfig`` / ``Qwen3_5MoeTextConfig`` so that
 ``from_hf``/``to_hf_dict`` are nearly the identity. Runtime knobs that HF does not have
-(``scan_layers``, ``remat``, ``gdn_chunk_size``) live here too, with defaults that never change
-numerics.
+(``scan_layers``, ``remat``, ``gdn_chunk_size``, ``attention_impl``, ...) live here too, with
+defaults that never change numerics (implementations agree to float rounding).
 """
 from __future__ import annotations
 
@@ -12,12 +12,22 @@ import json
 import os
 from typing import Any, Mapping, Optional, Union
 
+from . import attention
+
 LINEAR = "linear_attention"
 FULL = "full_attention"
 
 DENSE_MODEL_TYPES = ("qwen3_5", "qwen3_5_text")
 MOE_MODEL_TYPES = ("qwen3_5_moe", "qwen3_5_moe_text")
 SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
+
+
+# Decoder-layer rematerialisation (model.py applies them; docs/model.md "Memory plan"):
+#   none     keep every activation for the backward pass
+#   full     recompute each layer in the backward pass; only its input is kept (on the device)
+#   dots     recompute each layer, but keep the outputs of its weight matmuls (no batch dims)
+#   offload  as full, with each layer's input kept in host memory (pinned_host), not on the device
+REMAT_POLICIES = ("none", "full", "dots", "offload")
 
 
 class ConfigError(ValueError):
@@ -65,8 +75,12 @@ class Qwen3_5Config:
     pad_token_id: Optional[int] = None
     # --- runtime knobs (not in HF) -----------------------------------------------------
     scan_layers: bool = False               # scan over repeated layer cycles (compile time O(1) in depth)
-    remat: str = "none"                     # "none" | "block" | "full" (rematerialise decoder blocks)
+    remat: str = "none"                     # decoder-layer rematerialisation policy (REMAT_POLICIES; docs/model.md "Memory plan")
     gdn_chunk_size: int = 64                # chunked gated delta rule chunk length (numerics per size: docs/model.md)
+    attention_impl: str = "reference"       # full-attention implementation (models/qwen3_5/attention.py: reference | xla | splash | pallas_gpu)
+    attention_block_q: int = 0              # attention query tile (0 = the implementation's default)
+    attention_block_kv: int = 0             # attention key/value tile (0 = the implementation's default)
+    reduce_scatter_dtype: str = "float32"   # dtype gradients of FSDP-gathered weights are reduce-scattered in ("float32" | "bfloat16")
 
     def __post_init__(self):
         lt = tuple(self.layer_types) or default_layer_types(self.num_hidden_layers)
@@ -119,8 +133,15 @@ class Qwen3_5Config:
         if self.is_moe and not 0 < self.num_experts_per_tok <= self.num_experts:
             bad("num_experts_per_tok", f"{self.num_experts_per_tok} must be in [1, num_experts="
                 f"{self.num_experts}]")
-        if self.remat not in ("none", "block", "full"):
-            bad("remat", f"{self.remat!r}; use 'none', 'block' or 'full'")
+        if self.remat not in REMAT_POLICIES:
+            bad("remat", f"{self.remat!r}; use one of {', '.join(REMAT_POLICIES)}")
+        if self.attention_impl not in attention.names():
+            bad("attention_impl", f"{self.attention_impl!r}; use one of {', '.join(attention.names())}")
+        for f in ("attention_block_q", "attention_block_kv"):
+            if getattr(self, f) < 0:
+                bad(f, f"{getattr(self, f)} must be >= 0 (0 = the implementation's default)")
+        if self.reduce_scatter_dtype not in ("float32", "bfloat16"):
+            bad("reduce_scatter_dtype", f"{self.reduce_scatter_dtype!r}; use 'float32' or 'bfloat16'")
         if self.gdn_chunk_size < 1:
             bad("gdn_chunk_size", f"{self.gdn_chunk_size} must be >= 1")
         if self.hidden_act != "silu":

@@ -15,6 +15,8 @@ new segment starts. ``seg_start_BT`` (bool) is True on the first token of every 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 from typing import Sequence
 
@@ -32,35 +34,50 @@ def _linear_fwd_impl(x, w, out_dtype):
     return jnp.einsum("...d,fd->...f", x, w, preferred_element_type=out_dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _linear(x, w, out_dtype):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _linear(x, w, out_dtype, wgrad_dtype):
     return _linear_fwd_impl(x, w, out_dtype)
 
 
-def _linear_fwd(x, w, out_dtype):
+def _linear_fwd(x, w, out_dtype, wgrad_dtype):
     return _linear_fwd_impl(x, w, out_dtype), (x, w)
 
 
-def _linear_bwd(out_dtype, res, g):
+def _linear_bwd(out_dtype, wgrad_dtype, res, g):
     # Same math as autodiff of the einsum, written as two plain 2-D matmuls over the flattened
     # token axis: ``dx = g w`` and ``dw = g^T x`` straight into the ``[out, in]`` layout. Autodiff
     # of the einsum made XLA:CPU materialise a transposed copy of the (large) output cotangent
     # before the weight-gradient matmul, and a multi-axis contraction was slower than the 2-D
-    # one (MLP fwd+bwd on 4x512 tokens: 258 -> 234 ms).
+    # one (MLP fwd+bwd on 4x512 tokens: 258 -> 234 ms). ``dw`` leaves the matmul in
+    # ``wgrad_dtype``: with FSDP that is the dtype its partial sums are reduce-scattered in.
     x, w = res
     dx = jnp.einsum("...f,fd->...d", g, w, preferred_element_type=F32).astype(x.dtype)
     x_ND = x.reshape(-1, x.shape[-1])
     g_NF = g.reshape(-1, g.shape[-1])
-    dw = jnp.einsum("nf,nd->fd", g_NF, x_ND, preferred_element_type=F32).astype(w.dtype)
+    dw = jnp.einsum("nf,nd->fd", g_NF, x_ND, preferred_element_type=wgrad_dtype).astype(w.dtype)
     return dx, dw
 
 
 _linear.defvjp(_linear_fwd, _linear_bwd)
 
+_WGRAD_DTYPE: contextvars.ContextVar = contextvars.ContextVar("linear_wgrad_dtype", default=F32)
+
+
+@contextlib.contextmanager
+def weight_grad_dtype(dtype):
+    """Within this block (at trace time), ``linear``'s weight gradients leave their matmul in
+    ``dtype`` (default fp32) before the cast to the weight's dtype: the dtype GSPMD reduces
+    their partial sums over the batch devices in (``Qwen3_5Config.reduce_scatter_dtype``)."""
+    tok = _WGRAD_DTYPE.set(jnp.dtype(dtype))
+    try:
+        yield
+    finally:
+        _WGRAD_DTYPE.reset(tok)
+
 
 def linear(x, w_FD, out_dtype=None):
     """``x @ w^T`` with an HF ``[out, in]`` weight (``out_dtype`` defaults to x's dtype)."""
-    return _linear(x, w_FD, jnp.dtype(out_dtype or x.dtype))
+    return _linear(x, w_FD, jnp.dtype(out_dtype or x.dtype), jnp.dtype(_WGRAD_DTYPE.get()))
 
 
 def linear_in_out(x, w_DF, out_dtype=None):

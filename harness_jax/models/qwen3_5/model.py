@@ -18,7 +18,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 from flax import struct
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+from . import attention as A
 from . import kernels as K
 from .cache import Qwen3_5Cache
 from .config import FULL, LINEAR, Qwen3_5Config
@@ -106,11 +109,14 @@ class LayerCtx:
     cos_BTR: Array
     sin_BTR: Array
     seg_start_BT: Optional[Array] = None     # packed forward: GDN resets
-    attn_mask_BTS: Optional[Array] = None    # query/key mask (S = T without cache, max_len with)
+    segment_ids_BT: Optional[Array] = None   # cache-free forward: attention stays inside a segment (None: one per row)
+    q_positions_BT: Optional[Array] = None   # cache path: cache slot of each new token; attention sees slots <= it
     write_pos_BT: Optional[Array] = None     # cache path: slot of each new token (>= max_len: drop)
     valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
     num_new_B: Optional[Array] = None
     decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
+    mesh: Optional[jax.sharding.Mesh] = struct.field(pytree_node=False, default=None)  # the model's mesh (set_mesh)
+    rules: Optional[tuple] = struct.field(pytree_node=False, default=None)            # its logical-axis rules
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +227,10 @@ class Attention(nnx.Module):
             v_LBSKH = v_LBSKH.at[slot, b_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_LBSKH.dtype), mode="drop")
             new_cache = (k_LBSKH, v_LBSKH)
             k_BSKH, v_BSKH = k_LBSKH[slot].astype(self.dtype), v_LBSKH[slot].astype(self.dtype)
-        o_BTNH = K.gqa_attention(q_BTNH, k_BSKH, v_BSKH, ctx.attn_mask_BTS, H ** -0.5)
+        o_BTNH = A.attention(q_BTNH, k_BSKH, v_BSKH, impl=cfg.attention_impl, scale=H ** -0.5,
+                             segment_ids_BT=ctx.segment_ids_BT, q_positions_BT=ctx.q_positions_BT,
+                             block_q=cfg.attention_block_q, block_kv=cfg.attention_block_kv,
+                             mesh=ctx.mesh, rules=ctx.rules)
         o_BTF = o_BTNH.reshape(B, T, Nh * H) * jax.nn.sigmoid(gate_BTNH.reshape(B, T, Nh * H))
         return self.o_proj(o_BTF), new_cache
 
@@ -313,15 +322,43 @@ def layer_cycle(layer_types) -> int:
     return n
 
 
-_REMAT_POLICIES = {
-    "block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "full": jax.checkpoint_policies.nothing_saveable,
-}
+LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input (remat "offload")
 
 
-def _run_layer(graphdef, state, x_BTD, ctx, cache):
+def remat_policy(name: str):
+    """The ``jax.checkpoint`` policy of a ``Qwen3_5Config.remat`` name (None for "none")."""
+    cp = jax.checkpoint_policies
+    if name == "none":
+        return None
+    if name == "full":
+        return cp.nothing_saveable
+    if name == "dots":
+        return cp.dots_with_no_batch_dims_saveable
+    if name == "offload":
+        return cp.save_and_offload_only_these_names(
+            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
+            offload_src="device", offload_dst="pinned_host")
+    raise ValueError(f"remat {name!r}: use one of none, full, dots, offload")
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightPlan:
+    """How a layer's weights reach its matmuls: cast to ``compute_dtype`` on their FSDP shards,
+    then all-gathered (so the gather moves compute-dtype bytes); the weight-gradient matmuls of
+    ``kernels.linear`` emit ``reduce_dtype``, the dtype their partial sums are reduce-scattered
+    in. Static (hashable): part of the remat'd call's key."""
+    compute_dtype: jnp.dtype
+    reduce_dtype: jnp.dtype
+
+
+def _run_layer(static, state, x_BTD, ctx, cache):
+    graphdef, plan = static
+    x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
+    if ctx.mesh is not None:
+        state = shd.gather_params_for_compute(state, ctx.mesh, ctx.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
-    return layer(x_BTD, ctx, cache)
+    with K.weight_grad_dtype(plan.reduce_dtype):
+        return layer(x_BTD, ctx, cache)
 
 
 class TextModel(nnx.Module):
@@ -363,20 +400,42 @@ class TextModel(nnx.Module):
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
+    def compute_weight(self, var):
+        """A weight Variable as the matmul reads it: the compute dtype, gathered over the FSDP
+        axes after the cast when the model has a mesh (``sharding.gather_for_compute``)."""
+        if self.mesh is None:
+            return var[...].astype(self.dtype)
+        return shd.gather_for_compute(var[...], shd.var_logical_axes(var), self.mesh, self.rules, self.dtype)
+
+    def embed(self, ids_BT):
+        """Token embeddings. On a mesh the table stays sharded over the FSDP axes of its hidden
+        dim: every device looks up all rows' ids in its slice of the table, then the rows go back
+        to batch sharding (an all-to-all of activations, never an all-gather of the [V, D] table;
+        the gradient is a local scatter-add into the shard)."""
+        if self.mesh is None:
+            return self.embed_tokens(ids_BT)
+        var = self.embed_tokens.weight
+        spec = shd.logical_to_mesh(shd.var_logical_axes(var), self.mesh, self.rules, var.shape)
+        ids_BT = jax.lax.with_sharding_constraint(ids_BT, NamedSharding(self.mesh, P()))
+        x_BTD = jnp.take(var[...].astype(self.dtype), ids_BT, axis=0)
+        x_BTD = jax.lax.with_sharding_constraint(x_BTD, NamedSharding(self.mesh, P(None, None, spec[1])))
+        return self.constrain(x_BTD)
+
     # -------------------------------------------------------------------------------------
     def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
         """Run all decoder layers (unrolled or scanned, with optional remat)."""
         cfg = self.cfg
         run = _run_layer
         if cfg.remat != "none":
-            run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=_REMAT_POLICIES[cfg.remat])
+            run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=remat_policy(cfg.remat))
+        plan = WeightPlan(jnp.dtype(self.dtype), jnp.dtype(cfg.reduce_scatter_dtype))
         slots = _slots(cfg.layer_types)
         if not cfg.scan_layers:
             for i, layer in enumerate(self.layers):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else _layer_cache(cache, t, slots[i])
                 gd, st = nnx.split(layer)
-                x_BTD, nc = run(gd, st, self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
                 if cache is not None:
                     cache = _set_layer_cache(cache, t, nc)
             return x_BTD, cache
@@ -403,7 +462,7 @@ class TextModel(nnx.Module):
                     lc = (cxs[0], cxs[1], fi)
                 else:
                     lc = (cxs[2], cxs[3], li)
-                x_BTD, nc = run(gds[j], states[j], self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
                 if cxs is not None:
                     if types[j] == FULL:
                         cxs = (nc[0], nc[1]) + cxs[2:]
@@ -500,16 +559,19 @@ class Qwen3_5ForCausalLM(nnx.Module):
         cos, sin = K.rope_cos_sin(jnp.asarray(positions), cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section,
                                   cfg.mrope_interleaved)
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
-                       attn_mask_BTS=K.causal_segment_mask(seg_BT))
-        x_BTD = self.model.embed_tokens(input_ids_BT)
+                       segment_ids_BT=None if segment_ids is None else seg_BT, mesh=self.model.mesh,
+                       rules=self.model.rules)
+        x_BTD = self.model.embed(input_ids_BT)
         x_BTD, _ = self.model.decoder(x_BTD, ctx)
         return self.model.constrain(self.model.norm(x_BTD))
 
     def lm_logits(self, hidden_BTD):
-        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk."""
-        w_VD = self.model.embed_tokens.weight[...] if self.lm_head is None else self.lm_head.weight[...]
+        """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk. On a
+        mesh the head is gathered in the compute dtype per call (``TextModel.compute_weight``)."""
+        var = self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         mm = K.linear_in_out if self.lm_head is not None and self.lm_head.in_out else K.linear
-        return mm(hidden_BTD.astype(self.dtype), w_VD.astype(self.dtype), jnp.float32)
+        with K.weight_grad_dtype(self.config.reduce_scatter_dtype):
+            return mm(hidden_BTD.astype(self.dtype), self.model.compute_weight(var), jnp.float32)
 
     def __call__(self, input_ids_BT, segment_ids=None, positions=None):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
@@ -543,12 +605,11 @@ class Qwen3_5ForCausalLM(nnx.Module):
         pos_BT = cache.lengths_B[:, None] + t_T[None, :]
         valid_BT = t_T[None, :] < num_new_B[:, None]
         write_BT = jnp.where(valid_BT, pos_BT, S)  # out of range -> dropped
-        s_S = jnp.arange(S, dtype=jnp.int32)
-        mask_BTS = s_S[None, None, :] <= pos_BT[:, :, None]
         cos, sin = K.rope_cos_sin(pos_BT, cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section, cfg.mrope_interleaved)
-        ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, attn_mask_BTS=mask_BTS, write_pos_BT=write_BT,
-                       valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1))
-        x_BTD = self.model.embed_tokens(input_ids_BT)
+        ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, q_positions_BT=pos_BT, write_pos_BT=write_BT,
+                       valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1), mesh=self.model.mesh,
+                       rules=self.model.rules)
+        x_BTD = self.model.embed(input_ids_BT)
         x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
         new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
         return self.model.norm(x_BTD), new_cache

@@ -1,66 +1,75 @@
-"""The AppWorld service: a pool of AppWorld's own environment servers behind one HTTP endpoint.
+"""The AppWorld service: AppWorld's own environment servers, one sandboxed process per episode,
+behind one HTTP endpoint.
 
-Runs INSIDE the AppWorld virtual environment (``scripts/appworld.sh start``); it imports only the
-standard library and ``appworld``, never ``harness_jax``. Three kinds of process:
+Runs INSIDE the AppWorld virtual environment (``scripts/appworld.sh start``); imports only the
+standard library, never ``harness_jax`` or ``appworld`` (its sandboxes do: ``pool.py``,
+``inside.py``). The **manager** (this file) is an HTTP/1.1 server on a Unix socket (directory
+mode 0700: only this user can reach it). It owns episodes, leases one worker slot per episode,
+forwards each call, enforces the per-cell deadline, and ties every episode to its client.
 
-* the **manager** (``service.py manager``): an HTTP/1.1 server on a Unix socket (directory mode
-  0700, so only this user can reach it). It owns episodes, leases one worker per episode, forwards
-  each call, enforces the per-cell deadline, and restarts workers that die or hang;
-* the **zygote** (``service.py zygote``): imports appworld and every app once, then forks workers
-  on request, so a worker starts in well under a second instead of importing for ~10 s;
-* the **workers**: each runs AppWorld's own environment server (``appworld.serve.environment``,
-  the FastAPI app behind ``appworld serve environment``) with uvicorn on its own Unix socket,
-  bound to one ``APPWORLD_ROOT``, under rlimits, in its own session. AppWorld keeps one task
-  world per process (``AppWorld.initialize`` closes all others and freezes the clock process-
-  wide), so parallel episodes need parallel workers: each episode's databases are the in-memory
-  copies of its own worker.
+Isolation (``pool.py`` has the details):
+
+* every **worker slot** is a bubblewrap sandbox (the SWE family's machinery, ``envs/bwrap.py``:
+  new namespaces, no network, no host file system but the read-only system and Python, an
+  unprivileged uid of its own, rlimits) whose zygote forks a fresh child per episode, running
+  AppWorld's environment server with its unsafe-syntax guard as shipped;
+* an episode's root holds only what AppWorld needs for that task: the base databases, the API
+  docs, the task's ``specs.json`` and ``dbs/`` (read-only), plus its own writable outputs; no
+  other task, no task index, no ground truth, no answers, no generator sidecars; worlds are
+  initialized with ``load_ground_truth=False``;
+* AppWorld's **evaluator** runs in a separate sandbox (own uid) on the task's ground truth and a
+  copy of the episode's end state, so code in a cell can neither read the answer nor patch the
+  evaluator.
+
+Leases: an episode belongs to the connection that opened it (``POST /episodes``). It is closed
+and its worker freed when that connection closes, when the client process behind it (SO_PEERCRED)
+exits, or after ``idle_limit_s`` without a request (the service's ``--idle-limit-s``, lowered per
+episode by ``idle_timeout_s``). When every worker is busy, opening fails after
+``acquire_timeout_s`` with an error naming each holder (episode, task, client pid and command).
 
 Manager API (JSON bodies):
-  GET    /health                      service, worker and episode state
+  GET    /health                      service, worker, episode and sandbox state
   POST   /episodes                    {data_dir, task_id, max_interactions, timeout_seconds, ...}
-                                      -> {episode_id, task: {instruction, supervisor, datetime}}
+                                      -> {episode_id, task: {instruction, supervisor, datetime},
+                                          worker, timings}
   POST   /episodes/<id>/execute       {code} -> {output, task_completed, elapsed_s}
-                                      | {killed: true, output} (cell outlived its deadline)
+                                      | {killed: true, output} (cell outlived its deadline, or
+                                        the episode's files outgrew the disk limit)
                                       | {infra_error: true, error} (worker died / runtime error)
-  POST   /episodes/<id>/evaluate      -> {tracker: AppWorld TestTracker.to_dict()}
-  DELETE /episodes/<id>               closes the world, deletes its outputs, frees the worker
-  POST   /shutdown                    stops workers, zygote and manager
-
-A worker that dies mid-episode turns that episode into an infrastructure failure (never a task
-failure) and is replaced; a cell that outlives ``timeout_seconds`` + grace (AppWorld's own SIGALRM
-timeout should have stopped it, unless the code swallowed it) gets its worker killed and ends the
-episode with ``killed``.
+  POST   /episodes/<id>/evaluate      -> {tracker: AppWorld TestTracker.to_dict(), timings}
+  DELETE /episodes/<id>               kills the episode's processes, empties its files (after
+                                      answering)
+  POST   /shutdown                    stops the sandboxes and the manager
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
+import collections
+import dataclasses
 import http.client
 import http.server
 import json
 import os
-import resource
+import re
 import secrets
-import shutil
+import select
 import signal
 import socket
 import socketserver
-import subprocess
+import struct
 import sys
 import threading
 import time
 import traceback
 
-PROTOCOL_VERSION = 1
+from pool import (Busy, EvaluationError, Evaluator, Limits, SandboxError, SlotPool, bwrap,
+                  copy_untrusted, now, pid_alive)
+
+PROTOCOL_VERSION = 2
 GRACE_S = 15.0  # default: a cell may run this long past AppWorld's timeout before a kill
 WORKER_START_TIMEOUT_S = 120.0
 MARKER = "harness_jax-appworld-service"
-
-
-def now() -> float:
-    # CLOCK_MONOTONIC directly: freezegun (used by AppWorld) patches time.monotonic in modules
-    # that import it, and workers run with a frozen clock.
-    return time.clock_gettime(time.CLOCK_MONOTONIC)
+TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -95,236 +104,89 @@ def uds_request(path: str, method: str, url: str, body=None, timeout: float = 30
         conn.close()
 
 
-def pid_alive(pid: int) -> bool:
+def _proc_stat(pid: int):
+    """(state, start time) of a process, or None when it does not exist."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is dead for our purposes
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except OSError:
-        return True
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
-def kill_group(pid: int) -> None:
-    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            target()
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-# ------------------------------------------------------------------------------------------------
-# Zygote (imports appworld once, forks workers)
-# ------------------------------------------------------------------------------------------------
-def zygote_main() -> None:
-    """Reads spawn requests (JSON lines) on stdin, answers {"pid"} or {"error"} on stdout."""
-    out = sys.stdout
-    sys.stdout = sys.stderr  # nothing but replies goes to the pipe
-    t0 = now()
-    import appworld  # noqa: F401
-    from appworld.apps import get_all_apps
-    from appworld.common.utils import import_apis_module, import_models_module
-    import appworld.serve.environment  # noqa: F401  (AppWorld's environment server app)
-    import uvicorn  # noqa: F401  (preloaded for the forked workers)
-    for app_name in get_all_apps():
-        import_models_module(app_name)
-        import_apis_module(app_name)
-
-    def reap(signum, frame):
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-
-    signal.signal(signal.SIGCHLD, reap)
-    out.write(json.dumps({"ready": True, "import_s": round(now() - t0, 3),
-                          "appworld_version": appworld.__version__}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            req = json.loads(line)
-            pid = os.fork()
-        except Exception as e:  # noqa: BLE001
-            out.write(json.dumps({"error": repr(e)}) + "\n")
-            out.flush()
-            continue
-        if pid == 0:
-            try:
-                worker_child(req)
-            finally:
-                os._exit(1)
-        out.write(json.dumps({"pid": pid}) + "\n")
-        out.flush()
-
-
-def worker_child(req: dict) -> None:
-    """In the forked child: isolate, limit, then serve AppWorld's environment app."""
-    os.setsid()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if req.get("rlimit_as_mb"):
-        lim = int(req["rlimit_as_mb"]) << 20
-        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
-    root = req["root"]
-    os.environ["APPWORLD_ROOT"] = root
-    os.chdir(root)
-    from appworld import update_root
-    update_root(root)
-    manager_pid = int(req["manager_pid"])
-
-    def orphan_watch():  # a worker never outlives its manager
-        while True:
-            time.sleep(2.0)
-            if not pid_alive(manager_pid):
-                os._exit(0)
-
-    threading.Thread(target=orphan_watch, daemon=True).start()
-    import uvicorn
-    from appworld.serve.environment import app
-    uvicorn.run(app, uds=req["uds"], log_level="warning", access_log=False)
-    os._exit(0)
-
-
-class ZygoteHandle:
-    """Manager-side handle of the zygote process (restarted when it dies)."""
-
-    def __init__(self, state_dir: str):
-        self.state_dir = state_dir
-        self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
-        self.info: dict = {}
-
-    def _start(self) -> None:
-        log = open(os.path.join(self.state_dir, "zygote.log"), "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "zygote"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, cwd=self.state_dir)
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the AppWorld zygote exited while importing appworld; see "
-                               f"{os.path.join(self.state_dir, 'zygote.log')}")
-        self.info = json.loads(line)
-        write_pid(self.state_dir, self.proc.pid, "zygote")
-
-    def ensure(self) -> None:
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self._start()
-
-    def spawn(self, req: dict) -> int:
-        with self.lock:
-            for attempt in range(2):
-                if self.proc is None or self.proc.poll() is not None:
-                    self._start()
-                try:
-                    self.proc.stdin.write((json.dumps(req) + "\n").encode())
-                    self.proc.stdin.flush()
-                    line = self.proc.stdout.readline()
-                    if not line:
-                        raise BrokenPipeError("zygote closed its pipe")
-                    reply = json.loads(line)
-                    if "pid" not in reply:
-                        raise RuntimeError(f"zygote could not fork: {reply}")
-                    return int(reply["pid"])
-                except (BrokenPipeError, OSError, ValueError):
-                    self.proc = None
-                    if attempt == 1:
-                        raise
-        raise RuntimeError("unreachable")
-
-    def stop(self) -> None:
-        with self.lock:
-            if self.proc is not None and self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-
-
-def write_pid(state_dir: str, pid: int, kind: str) -> None:
-    d = os.path.join(state_dir, "pids")
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, str(pid)), "w") as f:
-        f.write(kind)
-
-
-def drop_pid(state_dir: str, pid: int) -> None:
+def _cmdline(pid: int) -> str:
     try:
-        os.remove(os.path.join(state_dir, "pids", str(pid)))
-    except FileNotFoundError:
-        pass
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+    except OSError:
+        return "?"
 
 
-def kill_stale(state_dir: str) -> int:
-    """Kills workers/zygotes a previous (crashed) manager left behind; returns how many."""
-    d = os.path.join(state_dir, "pids")
-    n = 0
-    if not os.path.isdir(d):
-        return 0
-    for name in os.listdir(d):
+class Lease:
+    """A client connection and the process behind it (SO_PEERCRED, checked against pid reuse
+    by the process's start time)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.closed = False
         try:
-            pid = int(name)
-        except ValueError:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            self.pid = struct.unpack("3i", creds)[0]
         except OSError:
-            cmd = b""
-        if pid_alive(pid) and os.path.basename(__file__).encode() in cmd:
-            kill_group(pid)
-            n += 1
-        drop_pid(state_dir, pid)
-    return n
+            self.pid = 0
+        st = _proc_stat(self.pid) if self.pid > 0 else None
+        self.start = st[1] if st else None
+        self.cmd = _cmdline(self.pid) if self.pid > 0 else "?"
 
+    def process_gone(self) -> bool:
+        if self.pid <= 0 or self.start is None:
+            return False                  # a client in another pid namespace: no pid check
+        st = _proc_stat(self.pid)
+        return st is None or st[0] in ("Z", "X") or st[1] != self.start
 
-# ------------------------------------------------------------------------------------------------
-# Manager
-# ------------------------------------------------------------------------------------------------
-class Worker:
-    def __init__(self, wid: int, root: str, uds: str, log: str):
-        self.wid = wid
-        self.root = root
-        self.uds = uds
-        self.log = log
-        self.pid: int | None = None
-        self.state = "starting"      # starting | idle | busy | dead
-        self.episode: str | None = None
-        self.episodes_served = 0
+    def hung_up(self) -> bool:
+        if self.closed:
+            return True
+        try:
+            fd = self.sock.fileno()
+        except OSError:
+            return True
+        if fd < 0:
+            return True
+        p = select.poll()
+        p.register(fd, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+        return bool(p.poll(0))
 
-    def describe(self) -> dict:
-        return {"id": self.wid, "pid": self.pid, "state": self.state, "root": self.root,
-                "episode": self.episode, "episodes_served": self.episodes_served}
+    def describe(self) -> str:
+        return f"client pid {self.pid} ({self.cmd})" if self.pid > 0 else "a client"
 
 
 class Episode:
-    def __init__(self, eid: str, worker: Worker, task_id: str, experiment: str, opts: dict,
-                 root: str):
-        self.eid = eid
-        self.root = root
-        self.worker = worker
-        self.task_id = task_id
-        self.experiment = experiment
-        self.opts = opts
+    def __init__(self, eid: str, slot, task_id: str, data_dir: str, opts: dict, lease,
+                 idle_limit_s: float):
+        self.eid, self.slot, self.task_id, self.data_dir = eid, slot, task_id, data_dir
+        self.experiment = f"hj-{eid}"
+        self.opts, self.lease, self.idle_limit_s = opts, lease, idle_limit_s
         self.lock = threading.Lock()
-        self.state = "open"          # open | killed | infra_error | closed
+        self.state = "open"          # open | killed | infra_error | abandoned
         self.error: str | None = None
-        self.last_used = now()
+        self.opened = self.last_used = now()
+        self.inflight = 0
         self.cells = 0
+
+    def describe(self) -> dict:
+        t = now()
+        return {"id": self.eid, "task_id": self.task_id, "state": self.state, "cells": self.cells,
+                "worker": self.slot.index, "age_s": round(t - self.opened, 1),
+                "idle_s": round(t - self.last_used, 1), "idle_limit_s": self.idle_limit_s,
+                "holder_pid": self.lease.pid if self.lease else None,
+                "holder": self.lease.cmd if self.lease else None}
+
+    def holder_line(self) -> str:
+        t = now()
+        who = self.lease.describe() if self.lease else "a client"
+        return (f"worker {self.slot.index} holds episode {self.eid} (task {self.task_id}) for "
+                f"{who}, open {t - self.opened:.0f} s, idle {t - self.last_used:.0f} s")
 
 
 class ServiceError(Exception):
@@ -334,140 +196,48 @@ class ServiceError(Exception):
         self.payload = payload
 
 
+@dataclasses.dataclass
+class Config:
+    state_dir: str
+    max_workers: int = 4
+    limits: Limits = Limits()
+    idle_limit_s: float = 900.0
+    uid_base: int = bwrap.APPWORLD_UID_BASE
+    prewarm: int = 1
+
+
 class Manager:
-    def __init__(self, state_dir: str, max_workers: int, rlimit_as_mb: int,
-                 episode_ttl_s: float, keep_outputs: bool):
-        self.state_dir = state_dir
-        self.max_workers = max_workers
-        self.rlimit_as_mb = rlimit_as_mb
-        self.episode_ttl_s = episode_ttl_s
-        self.keep_outputs = keep_outputs
-        self.zygote = ZygoteHandle(state_dir)
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.pool = SlotPool(cfg.state_dir, cfg.max_workers, cfg.uid_base, cfg.limits)
+        self.evaluator = Evaluator(cfg.state_dir, cfg.uid_base, cfg.limits)
         self.cv = threading.Condition()
-        self.workers: list[Worker] = []
         self.episodes: dict[str, Episode] = {}
-        self.next_wid = 0
+        self.ended: collections.OrderedDict = collections.OrderedDict()  # eid -> why (recent)
         self.started = time.time()
         self.counters = {"episodes_opened": 0, "workers_spawned": 0, "workers_died": 0,
-                         "cells_killed": 0, "infra_errors": 0}
+                         "cells_killed": 0, "infra_errors": 0, "evaluations": 0,
+                         "released_closed": 0, "released_connection": 0,
+                         "released_client_exit": 0, "released_idle": 0}
         self.stopping = False
 
-    # -- roots ----------------------------------------------------------------------------------
-    def root_for(self, data_dir: str) -> str:
-        """A private APPWORLD_ROOT whose ``data`` links to ``data_dir`` (read-only use) and whose
-        ``experiments/outputs`` hold episode outputs, so the data tree is never written."""
-        real = os.path.realpath(data_dir)
-        if not os.path.isdir(os.path.join(real, "tasks")):
-            raise ServiceError(400, {"error": f"data_dir {data_dir!r} is not an AppWorld data tree "
-                                     "(no tasks/ directory)", "missing": "data"})
-        key = hashlib.sha256(real.encode()).hexdigest()[:16]
-        root = os.path.join(self.state_dir, "roots", key)
-        link = os.path.join(root, "data")
-        os.makedirs(os.path.join(root, "experiments", "outputs"), exist_ok=True)
-        if not os.path.islink(link) or os.readlink(link) != real:
-            tmp = f"{link}.{secrets.token_hex(4)}"
-            os.symlink(real, tmp)
-            os.replace(tmp, link)
-        return root
-
-    # -- workers --------------------------------------------------------------------------------
-    def _spawn(self, root: str) -> Worker:
-        """Creates a worker record (state starting); the caller waits with _wait_ready."""
-        self.next_wid += 1
-        wid = self.next_wid
-        wdir = os.path.join(self.state_dir, "workers")
-        os.makedirs(wdir, exist_ok=True)
-        w = Worker(wid, root, os.path.join(wdir, f"w{wid}.sock"), os.path.join(wdir, f"w{wid}.log"))
-        self.workers.append(w)
-        self.counters["workers_spawned"] += 1
-        return w
-
-    def _start_worker(self, w: Worker) -> None:
-        try:
-            os.remove(w.uds)
-        except FileNotFoundError:
-            pass
-        w.pid = self.zygote.spawn({"uds": w.uds, "root": w.root, "log": w.log,
-                                   "rlimit_as_mb": self.rlimit_as_mb,
-                                   "manager_pid": os.getpid()})
-        write_pid(self.state_dir, w.pid, "worker")
-        deadline = now() + WORKER_START_TIMEOUT_S
-        while now() < deadline:
-            if not pid_alive(w.pid):
-                raise RuntimeError(f"AppWorld worker {w.wid} exited while starting; log {w.log}:\n"
-                                   + tail(w.log))
-            if os.path.exists(w.uds):
-                try:
-                    status, _ = uds_request(w.uds, "GET", "/", timeout=5)
-                    if status == 200:
-                        return
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        raise RuntimeError(f"AppWorld worker {w.wid} did not answer within "
-                           f"{WORKER_START_TIMEOUT_S:.0f} s; log {w.log}:\n" + tail(w.log))
-
-    def _retire(self, w: Worker, reason: str) -> None:
-        """Kills a worker and forgets it (caller holds self.cv)."""
-        if w.pid is not None:
-            kill_group(w.pid)
-            drop_pid(self.state_dir, w.pid)
-        w.state = "dead"
-        if w in self.workers:
-            self.workers.remove(w)
-        self.cv.notify_all()
-
-    def acquire(self, root: str, timeout_s: float) -> Worker:
-        deadline = now() + timeout_s
-        with self.cv:
-            while True:
-                if self.stopping:
-                    raise ServiceError(503, {"error": "the service is shutting down"})
-                for w in self.workers:
-                    if w.state == "idle" and w.root == root:
-                        w.state = "busy"
-                        return w
-                if len(self.workers) < self.max_workers:
-                    w = self._spawn(root)
-                    break
-                other = [w for w in self.workers if w.state == "idle"]
-                if other:  # re-bind an idle worker of another data tree
-                    self._retire(other[0], "rebind")
-                    w = self._spawn(root)
-                    break
-                left = deadline - now()
-                if left <= 0:
-                    raise ServiceError(503, {"error": f"all {self.max_workers} AppWorld workers are "
-                                             "busy; raise --workers or close episodes",
-                                             "busy": True})
-                self.cv.wait(timeout=min(left, 1.0))
-        try:
-            self._start_worker(w)
-        except Exception as e:
-            with self.cv:
-                self._retire(w, "start failed")
-            raise ServiceError(500, {"error": str(e), "infra_error": True}) from e
-        with self.cv:
-            w.state = "busy"
-        return w
-
-    def release(self, w: Worker, healthy: bool) -> None:
-        with self.cv:
-            w.episode = None
-            if healthy and w.state != "dead" and not self.stopping:
-                w.state = "idle"
-                self.cv.notify_all()
-            else:
-                self._retire(w, "unhealthy")
+    def start(self) -> None:
+        self.evaluator.start()
+        self.pool.prewarm(self.cfg.prewarm)
 
     # -- episodes -------------------------------------------------------------------------------
-    def open_episode(self, body: dict) -> dict:
+    def _options(self, body: dict) -> tuple:
         for field in ("data_dir", "task_id"):
             if not isinstance(body.get(field), str) or not body[field]:
                 raise ServiceError(400, {"error": f"field {field!r} is required (a string)"})
-        root = self.root_for(body["data_dir"])
-        task_id = body["task_id"]
-        task_dir = os.path.join(root, "data", "tasks", task_id)
+        task_id, data_dir = body["task_id"], os.path.realpath(body["data_dir"])
+        if not TASK_ID.match(task_id):
+            raise ServiceError(400, {"error": f"task_id {task_id!r} is not an AppWorld task id "
+                                     "(letters, digits, '_', '.', '-')", "missing": "task"})
+        if not os.path.isdir(os.path.join(data_dir, "tasks")):
+            raise ServiceError(400, {"error": f"data_dir {body['data_dir']!r} is not an AppWorld "
+                                     "data tree (no tasks/ directory)", "missing": "data"})
+        task_dir = os.path.join(data_dir, "tasks", task_id)
         if not os.path.isfile(os.path.join(task_dir, "specs.json")):
             raise ServiceError(404, {"error": f"task {task_id!r} not found: {task_dir}/specs.json "
                                      "does not exist", "missing": "task"})
@@ -479,69 +249,117 @@ class Manager:
             "random_seed": body.get("random_seed", 100),
             "kill_grace_s": max(0.0, float(body.get("kill_grace_s", GRACE_S))),
         }
-        w = self.acquire(root, float(body.get("acquire_timeout_s", 600)))
-        eid = secrets.token_hex(8)
-        experiment = f"hj-{eid}"
-        args = {k: v for k, v in opts.items() if k != "kill_grace_s"}
-        args.update(task_id=task_id, experiment_name=experiment, show_api_response_schemas=True)
+        idle = float(body.get("idle_timeout_s") or 0)
+        idle = min(idle, self.cfg.idle_limit_s) if idle > 0 else self.cfg.idle_limit_s
+        return task_id, data_dir, opts, idle
+
+    def open_episode(self, body: dict, lease) -> dict:
+        task_id, data_dir, opts, idle = self._options(body)
+        t0 = now()
         try:
-            status, out = uds_request(w.uds, "POST", "/initialize", args, timeout=180)
-        except OSError as e:
-            self._worker_failed(w, f"initialize: {e!r}")
-            raise ServiceError(502, {"error": f"AppWorld worker failed during initialize: {e!r}",
+            slot = self.pool.acquire(float(body.get("acquire_timeout_s", 600)), self._holders)
+        except Busy as e:
+            raise ServiceError(503, {"error": str(e), "busy": True, "infra_error": True,
+                                     "holders": self._holders()}) from e
+        except SandboxError as e:
+            raise ServiceError(503, {"error": f"no AppWorld worker could start: {e}",
                                      "infra_error": True}) from e
-        if status != 200:
-            self.release(w, healthy=pid_alive(w.pid))
-            raise ServiceError(502, {"error": f"AppWorld could not initialize task {task_id!r}: "
-                                     f"{out}", "infra_error": True})
-        ep = Episode(eid, w, task_id, experiment, opts, root)
+        timings = {"acquire_s": now() - t0}
+        eid = secrets.token_hex(8)
+        args = {k: v for k, v in opts.items() if k != "kill_grace_s"}
+        args.update(task_id=task_id, experiment_name=f"hj-{eid}", show_api_response_schemas=True,
+                    load_ground_truth=False)
+        try:
+            t = now()
+            slot.prepare(data_dir, task_id)
+            timings["prepare_s"] = now() - t
+            t = now()
+            slot.spawn(WORKER_START_TIMEOUT_S, self._wait_ready)
+            timings["spawn_s"] = now() - t
+            with self.cv:
+                self.counters["workers_spawned"] += 1
+            t = now()
+            status, out = uds_request(slot.sock, "POST", "/initialize", args, timeout=180)
+            timings["initialize_s"] = now() - t
+            if status != 200:
+                raise RuntimeError(f"AppWorld could not initialize task {task_id!r}: {out}")
+        except Exception as e:  # noqa: BLE001 - the slot is cleaned, the error reported
+            log = slot.log_tail()
+            slot.end()
+            self.pool.release(slot)
+            raise ServiceError(502, {"error": f"AppWorld worker failed to open task {task_id!r}: "
+                                     f"{e}\nworker log:\n{log}", "infra_error": True}) from e
+        ep = Episode(eid, slot, task_id, data_dir, opts, lease, idle)
         with self.cv:
-            w.episode = eid
-            w.episodes_served += 1
+            slot.episode = eid
+            slot.episodes_served += 1
             self.episodes[eid] = ep
             self.counters["episodes_opened"] += 1
         task = out.get("output", {}) if isinstance(out, dict) else {}
-        return {"episode_id": eid, "task": task, "worker": w.describe()}
+        timings = {k: round(v, 4) for k, v in timings.items()}
+        return {"episode_id": eid, "task": task, "worker": slot.describe(), "timings": timings,
+                "protocol": PROTOCOL_VERSION}
 
-    def _worker_failed(self, w: Worker, why: str) -> None:
+    @staticmethod
+    def _wait_ready(sock: str, deadline: float) -> None:
+        while True:
+            try:
+                status, _ = uds_request(sock, "GET", "/", timeout=max(1.0, deadline - now()))
+                if status == 200:
+                    return
+            except ConnectionRefusedError as e:
+                raise RuntimeError("the episode's worker process exited while starting") from e
+            except OSError:
+                pass
+            if now() > deadline:
+                raise RuntimeError(f"the episode's worker did not answer within "
+                                   f"{WORKER_START_TIMEOUT_S:.0f} s")
+            time.sleep(0.05)
+
+    def _holders(self) -> list:
         with self.cv:
-            self.counters["workers_died"] += 1
-            self._retire(w, why)
+            return [ep.holder_line() for ep in self.episodes.values()]
 
     def _episode(self, eid: str) -> Episode:
         with self.cv:
             ep = self.episodes.get(eid)
+            why = self.ended.get(eid)
         if ep is None:
-            raise ServiceError(404, {"error": f"no open episode {eid!r} (closed, expired after "
-                                     f"{self.episode_ttl_s:.0f} s idle, or the service restarted)",
+            reason = why or "closed, or the service restarted"
+            raise ServiceError(404, {"error": f"no open episode {eid!r} ({reason})",
                                      "infra_error": True})
         return ep
 
     def _dead_episode(self, ep: Episode) -> dict:
         return {"error": ep.error or f"episode is {ep.state}", "state": ep.state,
-                "infra_error": ep.state == "infra_error", "killed": ep.state == "killed"}
-
-    def _call(self, ep: Episode, what: str, body: dict, timeout: float) -> dict:
-        """One call to the episode's worker; a non-200 answer is an exception."""
-        status, out = uds_request(ep.worker.uds, "POST", f"/{what}",
-                                  dict(body, task_id=ep.task_id), timeout=timeout)
-        if status != 200:
-            raise RuntimeError(f"{what} answered HTTP {status}: {out}")
-        return out
+                "infra_error": ep.state in ("infra_error", "abandoned"),
+                "killed": ep.state == "killed"}
 
     def _infra_failure(self, ep: Episode, what: str, e: Exception) -> dict:
-        """The worker died or AppWorld failed internally: the episode is an infrastructure
-        failure and the worker is replaced."""
-        w = ep.worker
-        alive = w.pid is not None and pid_alive(w.pid)
+        """The worker died, AppWorld failed internally, or the evaluator failed: the episode is
+        an infrastructure failure and its processes are killed."""
+        if ep.state == "abandoned":
+            return {"infra_error": True, "error": ep.error}
+        pid = ep.slot.child_pid
+        deadline = now() + 1.0                # a dying process closes its sockets before it
+        alive = pid is not None and pid_alive(pid)     # turns into a zombie: give it a moment
+        while alive and now() < deadline:
+            time.sleep(0.02)
+            alive = pid_alive(pid)
         ep.state = "infra_error"
-        ep.error = f"AppWorld worker {'failed' if alive else 'died'} during {what}: {e!r}"
+        ep.error = f"AppWorld {what} failed{'' if alive else ' (its worker died)'}: {e!r}"
         with self.cv:
             self.counters["infra_errors"] += 1
-            if not alive:
-                self.counters["workers_died"] += 1
-            self._retire(w, f"{what} failed")
+            self.counters["workers_died"] += not alive
+        ep.slot.kill_children()
         return {"infra_error": True, "error": ep.error}
+
+    def _kill_episode(self, ep: Episode, why: str) -> None:
+        ep.state = "killed"
+        ep.error = why
+        with self.cv:
+            self.counters["cells_killed"] += 1
+        ep.slot.kill_children()
 
     def execute(self, eid: str, body: dict) -> dict:
         code = body.get("code")
@@ -549,108 +367,163 @@ class Manager:
             raise ServiceError(400, {"error": "field 'code' is required (a string)"})
         ep = self._episode(eid)
         with ep.lock:
-            ep.last_used = now()
             if ep.state != "open":
                 return self._dead_episode(ep)
-            t0 = now()
+            ep.inflight += 1
+            t0 = ep.last_used = now()
             try:
-                output = self._call(ep, "execute", {"code": code}, timeout=ep.opts[
-                    "timeout_seconds"] + ep.opts["kill_grace_s"])["output"]
-                done = self._call(ep, "task_completed", {}, timeout=60)["output"]
-            except socket.timeout:
-                ep.state = "killed"
-                ep.error = (f"the cell ran past {ep.opts['timeout_seconds']} s + "
-                            f"{ep.opts['kill_grace_s']:.0f} s grace and its worker was killed")
-                with self.cv:
-                    self.counters["cells_killed"] += 1
-                    self._retire(ep.worker, "runaway cell")
-                return {"killed": True, "elapsed_s": now() - t0,
-                        "output": "Execution failed. Traceback:\nExecution timed out after "
-                                  f"{ep.opts['timeout_seconds']} seconds."}
-            except Exception as e:  # noqa: BLE001 - worker died or AppWorld failed internally
-                return self._infra_failure(ep, "execute", e)
-            ep.cells += 1
-            ep.last_used = now()
-            return {"output": output, "task_completed": bool(done), "elapsed_s": now() - t0}
+                return self._execute(ep, code, t0)
+            finally:
+                ep.inflight -= 1
+                ep.last_used = now()
+
+    def _execute(self, ep: Episode, code: str, t0: float) -> dict:
+        limit = ep.opts["timeout_seconds"] + ep.opts["kill_grace_s"]
+        try:
+            output = self._call(ep, "execute", {"code": code}, limit)["output"]
+            done = self._call(ep, "task_completed", {}, 60)["output"]
+        except socket.timeout:
+            self._kill_episode(ep, f"the cell ran past {ep.opts['timeout_seconds']} s + "
+                                   f"{ep.opts['kill_grace_s']:.0f} s grace and its worker was "
+                                   "killed")
+            return {"killed": True, "elapsed_s": now() - t0,
+                    "output": "Execution failed. Traceback:\nExecution timed out after "
+                              f"{ep.opts['timeout_seconds']} seconds."}
+        except Exception as e:  # noqa: BLE001 - worker died or AppWorld failed internally
+            return self._infra_failure(ep, "execute", e)
+        used = ep.slot.disk_used()
+        if used > self.cfg.limits.disk_mb << 20:
+            self._kill_episode(ep, f"the episode's files grew to {used >> 20} MB, over its "
+                                   f"{self.cfg.limits.disk_mb} MB limit; its worker was killed")
+            return {"killed": True, "elapsed_s": now() - t0,
+                    "output": "Execution failed. Traceback:\nThe episode's files exceed its "
+                              f"disk limit ({self.cfg.limits.disk_mb} MB)."}
+        ep.cells += 1
+        return {"output": output, "task_completed": bool(done), "elapsed_s": now() - t0}
+
+    def _call(self, ep: Episode, what: str, body: dict, timeout: float) -> dict:
+        """One call to the episode's worker; a non-200 answer is an exception."""
+        status, out = uds_request(ep.slot.sock, "POST", f"/{what}",
+                                  dict(body, task_id=ep.task_id), timeout=timeout)
+        if status != 200:
+            raise RuntimeError(f"{what} answered HTTP {status}: {out}")
+        return out
 
     def evaluate(self, eid: str) -> dict:
         ep = self._episode(eid)
         with ep.lock:
-            ep.last_used = now()
             if ep.state != "open":
                 return self._dead_episode(ep)
+            ep.inflight += 1
+            t0 = now()
             try:
-                out = self._call(ep, "evaluate", {"suppress_errors": True}, timeout=300)
-            except Exception as e:  # noqa: BLE001
-                return self._infra_failure(ep, "evaluate", e)
-            return {"tracker": out["output"]}
+                out = self.evaluator.evaluate(
+                    ep.data_dir, ep.task_id, ep.experiment, self._end_state_copier(ep),
+                    timeout_s=300)
+            except (EvaluationError, SandboxError, OSError, ValueError) as e:
+                return self._infra_failure(ep, "evaluation", e)
+            finally:
+                ep.inflight -= 1
+                ep.last_used = now()
+            with self.cv:
+                self.counters["evaluations"] += 1
+            return {"tracker": out["tracker"], "timings": {
+                "prepare_s": out["prepare_s"], "eval_s": out.get("eval_s"),
+                "total_s": round(now() - t0, 4)}}
+
+    def _end_state_copier(self, ep: Episode):
+        slot, limit = ep.slot, self.cfg.limits.disk_mb << 20
+        return lambda dst: copy_untrusted(slot.outputs, [ep.experiment, "tasks", ep.task_id,
+                                                         "dbs"], dst, limit)
+
+    def _end(self, ep: Episode, why: str, kind: str) -> bool:
+        """Removes an open episode from the table (once); False when it was already gone."""
+        with self.cv:
+            if self.episodes.get(ep.eid) is not ep:
+                return False
+            del self.episodes[ep.eid]
+            self.ended[ep.eid] = why
+            while len(self.ended) > 4096:
+                self.ended.popitem(last=False)
+            self.counters[f"released_{kind}"] += 1
+        return True
+
+    def _free(self, ep: Episode) -> None:
+        with ep.lock:
+            ep.slot.end()
+            self.pool.release(ep.slot)
 
     def close_episode(self, eid: str) -> dict:
+        """Answers at once; the episode's processes and files go in the background (its worker
+        counts as freeing, so a new episode waits for it rather than starting another)."""
         with self.cv:
-            ep = self.episodes.pop(eid, None)
-        if ep is None:
+            ep = self.episodes.get(eid)
+        if ep is None or not self._end(ep, "closed by its client", "closed"):
             return {"closed": False}
-        with ep.lock:
-            w = ep.worker
-            healthy = ep.state == "open"
-            if healthy:
-                try:
-                    status, _ = uds_request(w.uds, "POST", "/close", {"task_id": ep.task_id},
-                                            timeout=60)
-                    healthy = status == 200
-                except OSError:
-                    healthy = False
-            ep.state = "closed"
-            if not self.keep_outputs:
-                shutil.rmtree(os.path.join(ep.root, "experiments", "outputs", ep.experiment),
-                              ignore_errors=True)
-            if w.state != "dead":
-                self.release(w, healthy)
+        self.pool.freeing(ep.slot)
+        threading.Thread(target=self._free, args=(ep,), daemon=True).start()
         return {"closed": True}
 
-    def reap(self) -> None:
-        """Closes idle episodes and forgets workers that died while idle (a thread)."""
+    def abandon(self, ep: Episode, kind: str, why: str) -> None:
+        """Ends an episode its client left: kills its processes at once (so an in-flight cell
+        stops), then frees its worker."""
+        if not self._end(ep, f"closed by the service: {why}", kind):
+            return
+        ep.state, ep.error = "abandoned", f"the episode was closed by the service: {why}"
+        print(f"episode {ep.eid} (task {ep.task_id}) released: {why}", flush=True)
+        self.pool.freeing(ep.slot)
+        ep.slot.kill_children()
+        threading.Thread(target=self._free, args=(ep,), daemon=True).start()
+
+    def connection_closed(self, lease: Lease) -> None:
+        lease.closed = True
+        with self.cv:
+            mine = [ep for ep in self.episodes.values() if ep.lease is lease]
+        for ep in mine:
+            self.abandon(ep, "connection", "its client closed the connection")
+
+    def watch(self) -> None:
+        """Frees episodes whose client left or went silent; notices dead idle sandboxes."""
         while not self.stopping:
-            time.sleep(5.0)
-            stale = []
+            time.sleep(0.5)
             with self.cv:
-                for ep in self.episodes.values():
-                    if now() - ep.last_used > self.episode_ttl_s:
-                        stale.append(ep.eid)
-                for w in list(self.workers):
-                    if w.state == "idle" and w.pid is not None and not pid_alive(w.pid):
-                        self.counters["workers_died"] += 1
-                        self._retire(w, "died idle")
-            for eid in stale:
+                eps = list(self.episodes.values())
+            for ep in eps:
+                lease = ep.lease
                 try:
-                    self.close_episode(eid)
-                except Exception:  # noqa: BLE001
+                    if lease is not None and lease.process_gone():
+                        self.abandon(ep, "client_exit", f"its client process {lease.pid} exited")
+                    elif lease is not None and lease.hung_up():
+                        self.abandon(ep, "connection", "its client closed the connection")
+                    elif ep.inflight == 0 and now() - ep.last_used > ep.idle_limit_s:
+                        self.abandon(ep, "idle", f"no request for {now() - ep.last_used:.0f} s "
+                                                 f"(idle limit {ep.idle_limit_s:.0f} s)")
+                except Exception:  # noqa: BLE001 - the watcher never dies
                     traceback.print_exc()
+            self.pool.health_check()
 
     def health(self) -> dict:
+        info = self.evaluator.sandbox.info if self.evaluator.sandbox else {}
         with self.cv:
             return {"ok": True, "protocol": PROTOCOL_VERSION, "marker": MARKER, "pid": os.getpid(),
-                    "appworld_version": self.zygote.info.get("appworld_version"),
-                    "zygote_import_s": self.zygote.info.get("import_s"),
-                    "max_workers": self.max_workers, "rlimit_as_mb": self.rlimit_as_mb,
+                    "appworld_version": info.get("appworld_version"),
+                    "zygote_import_s": info.get("import_s"),
+                    "max_workers": self.cfg.max_workers, "rlimit_as_mb": self.cfg.limits.as_mb,
+                    "idle_limit_s": self.cfg.idle_limit_s,
+                    "sandbox": {"kind": "bubblewrap", "uid_base": self.cfg.uid_base,
+                                "limits": dataclasses.asdict(self.cfg.limits),
+                                "evaluator_uid": info.get("uid"),
+                                "sandboxes_started": self.pool.started},
                     "uptime_s": round(time.time() - self.started, 1),
-                    "workers": [w.describe() for w in self.workers],
-                    "episodes": len(self.episodes), "counters": dict(self.counters)}
+                    "workers": [s.describe() for s in self.pool.slots],
+                    "episodes": len(self.episodes),
+                    "episode_list": [ep.describe() for ep in self.episodes.values()],
+                    "counters": dict(self.counters)}
 
     def shutdown(self) -> None:
-        with self.cv:
-            self.stopping = True
-            for w in list(self.workers):
-                self._retire(w, "shutdown")
-        self.zygote.stop()
-
-
-def tail(path: str, n: int = 30) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
+        self.stopping = True
+        self.pool.stop()
+        self.evaluator.stop()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -659,6 +532,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet; errors are logged explicitly
         return
+
+    def setup(self):
+        super().setup()
+        self.lease = Lease(self.connection)
+
+    def handle(self):
+        try:
+            super().handle()
+        finally:
+            self.manager.connection_closed(self.lease)
 
     def _send(self, status: int, payload) -> None:
         data = json.dumps(payload, default=str).encode()
@@ -688,7 +571,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if method == "GET" and parts == ["health"]:
                 return self._send(200, m.health())
             if method == "POST" and parts == ["episodes"]:
-                return self._send(200, m.open_episode(body))
+                return self._send(200, m.open_episode(body, self.lease))
             if len(parts) == 3 and parts[0] == "episodes" and method == "POST":
                 if parts[2] == "execute":
                     return self._send(200, m.execute(parts[1], body))
@@ -741,12 +624,16 @@ def manager_main(args) -> None:
     state_dir = os.path.abspath(args.state_dir)
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    stale = kill_stale(state_dir)
-    if stale:
-        print(f"killed {stale} stale AppWorld processes of a previous service", flush=True)
-    shutil.rmtree(os.path.join(state_dir, "workers"), ignore_errors=True)
-    m = Manager(state_dir, args.workers, args.rlimit_as_mb, args.episode_ttl_s, args.keep_outputs)
-    m.zygote.ensure()
+    if not 1 <= args.workers <= 63:
+        raise SystemExit(f"--workers {args.workers}: between 1 and 63")
+    limits = Limits(as_mb=args.rlimit_as_mb, disk_mb=args.disk_mb)
+    uid_base = bwrap.APPWORLD_UID_BASE + (os.getpid() % 1024) * 64
+    m = Manager(Config(state_dir, args.workers, limits, args.idle_limit_s, uid_base,
+                       min(args.prewarm, args.workers)))
+    try:
+        m.start()
+    except SandboxError as e:
+        raise SystemExit(f"the AppWorld service cannot start its sandbox: {e}") from e
     Handler.manager = m
     sock = os.path.abspath(args.socket)
     try:
@@ -755,14 +642,16 @@ def manager_main(args) -> None:
         pass
     _SERVER = UnixThreadingHTTPServer(sock, Handler)
     os.chmod(sock, 0o600)
-    threading.Thread(target=m.reap, daemon=True).start()
+    threading.Thread(target=m.watch, daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda s, f: threading.Thread(target=_shutdown_soon, args=(m,),
                                                          daemon=True).start())
     with open(os.path.join(state_dir, "service.pid"), "w") as f:
         f.write(str(os.getpid()))
-    print(f"AppWorld service ready on {sock} (appworld {m.zygote.info.get('appworld_version')}, "
-          f"zygote import {m.zygote.info.get('import_s')} s, max {args.workers} workers)",
+    info = m.evaluator.sandbox.info
+    print(f"AppWorld service ready on {sock} (appworld {info.get('appworld_version')}, "
+          f"sandbox import {info.get('import_s')} s, max {args.workers} workers, uids "
+          f"{uid_base}..{uid_base + args.workers}, idle limit {args.idle_limit_s:.0f} s)",
           flush=True)
     try:
         _SERVER.serve_forever(poll_interval=0.5)
@@ -783,14 +672,15 @@ def main(argv=None) -> None:
     mp.add_argument("--state-dir", required=True)
     mp.add_argument("--workers", type=int, default=4)
     mp.add_argument("--rlimit-as-mb", type=int, default=4096)
-    mp.add_argument("--episode-ttl-s", type=float, default=1800.0)
-    mp.add_argument("--keep-outputs", action="store_true")
-    sub.add_parser("zygote")
+    mp.add_argument("--idle-limit-s", type=float, default=900.0,
+                    help="an episode without a request for this long is closed")
+    mp.add_argument("--disk-mb", type=int, default=256,
+                    help="an episode's writable files (outputs, scratch); checked per cell")
+    mp.add_argument("--prewarm", type=int, default=1,
+                    help="worker sandboxes started with the service (the rest on demand)")
     args = p.parse_args(argv)
-    if args.cmd == "zygote":
-        zygote_main()
-    else:
-        manager_main(args)
+    sys.stdout.reconfigure(line_buffering=True)
+    manager_main(args)
 
 
 if __name__ == "__main__":
