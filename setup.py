@@ -31,7 +31,8 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # torch is only the numerical reference in tests; the pin takes the CPU build. openai is
     # the reference client of the server's OpenAI-compatible endpoint (streamed and not).
-    "test": ["pytest>=8", "torch==2.13.0", "openai>=1.40"],
+    # pytest-xdist runs the suite on two workers (README's test command, .ci/run).
+    "test": ["pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0", "openai>=1.40"],
     # GPU serving hosts only (disaggregated rollouts); never needed on TPU or CPU.
     "sglang": ["sglang>=0.5.10"],
     # launch/sweep.py --backend=ray (Ray Jobs API; [default] brings the job server the cluster runs).

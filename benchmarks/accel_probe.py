@@ -6,10 +6,17 @@ DeltaNet kernel, expert-parallel MoE or the engine, and ``--sections`` picks the
 * ``attention``: every attention implementation that runs natively on this platform (plus the
   reference where it fits) at 8k and 32k tokens (``--smoke``: 128), forward and forward+backward:
   median time and peak device memory (``memory_stats``; on CPU the compiled temporaries).
+* ``gdn`` / ``moe``: the Gated DeltaNet kernels against the jnp rule at 8k and 32k, and the MoE
+  block's tokens/s expert parallel against dense (``benchmarks/bench_gdn.py`` /
+  ``bench_moe.py``'s ``PROBE_SECTIONS`` functions).
 * ``train_step``: the GRPO train step of a depth-truncated Qwen3.5-9B (one layer cycle: 3 Gated
   DeltaNet + 1 gated attention, full width, bf16 compute, fp32 master weights) at 8k tokens under
   the chosen memory plan (``--remat``, ``--attention``): tokens/s, MFU against the chip's bf16
   dense peak (``flops_per_token`` of the truncated model), peak memory.
+* ``engine``: the embedded engine on the same depth-truncated 9B in bf16 (64 requests of 512
+  tokens + 256 generated, paged KV, then prefills arriving mid-decode): tokens/s, decode tokens/s;
+  and a 4B-sized policy's bf16 weight export to a memory-backed dir, its reload, and the fp32
+  ``save_hf`` it replaces (``bench_engine.probe``).
 
     python benchmarks/accel_probe.py                      # on the accelerator (< 8 minutes)
     python benchmarks/accel_probe.py --smoke              # tiny shapes on CPU (CI runs this)
@@ -181,6 +188,29 @@ def train_step_section(args) -> dict:
             "mfu": (flops / dt / peak) if peak else None,
             "mfu_note": None if peak else "no bf16 peak known for this device (CPU): MFU not reported",
             "memory": _peak_memory(compiled)}
+
+
+@section("engine")
+def engine_section(args) -> dict:
+    """Engine tokens/s of a depth-truncated 9B in bf16 (paged KV, mixed steps) and the weight sync of a 4B-sized export."""
+    from benchmarks import bench_engine
+    return bench_engine.probe(args.smoke)
+
+
+@section("gdn")
+def gdn_section(args) -> dict:
+    """Gated DeltaNet, one 9B layer (bf16): Pallas kernels vs the jnp rule, fwd and fwd+bwd time."""
+    from benchmarks import bench_gdn
+    lens = tuple(int(x) for x in args.seq_lens.split(",")) if args.seq_lens else (8192, 32768)
+    rows = bench_gdn.probe_gdn(smoke=args.smoke, repeats=args.iters, lengths=lens)
+    return {f"{r['impl']}@{r['seq']}": r for r in rows}
+
+
+@section("moe")
+def moe_section(args) -> dict:
+    """MoE routed experts (35B-A3B layer shape, bf16), fwd+bwd tokens/s: expert parallel vs dense."""
+    from benchmarks import bench_moe
+    return {r["path"]: r for r in bench_moe.probe_moe_block(smoke=args.smoke, repeats=args.iters)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@
   python benchmarks/bench_gdn.py --sections chunks        # error vs an fp64 recurrence per chunk size
   python benchmarks/bench_gdn.py --sections speed --lengths 512,2048 --repeats 7
   python benchmarks/bench_gdn.py --trsm                   # also time a LAPACK triangular solve
+  python benchmarks/bench_gdn.py --sections pallas,cost   # Pallas kernels: parity, FLOPs and bytes
+  python benchmarks/bench_gdn.py --smoke                  # tiny shapes of pallas and cost (CI)
 
 "Old" is ``harness_jax/models/qwen3_5/kernels.py`` at ``--old_ref`` (default abf0342, the last
 commit with the doubling-product triangular inverse), read with ``git show`` and executed as a
@@ -23,6 +25,16 @@ private module: the library itself has one kernel only. Needs the git history (a
   with the load average before and after, because this machine is shared and not quiet.
   ``--trsm`` adds the new kernel with its inverse swapped for ``lax.linalg.triangular_solve``
   (the LAPACK / cuBLAS custom call, autodiff backward) for comparison.
+* pallas: the Pallas kernels (``gdn_pallas``, interpret mode on CPU) against the recurrent rule
+  on the accuracy rows, fp32 and bf16 inputs: max output / state errors and the largest
+  gradient error relative to the gradient's max. Interpret mode says nothing about speed.
+* cost: FLOPs and HBM bytes of one 9B-sized layer's rule (16 key / 32 value heads, 128 x 128
+  state, chunk 64) at ``--cost_lengths``: XLA ``cost_analysis`` of the jnp rule (forward, forward
+  + backward) against the kernels' analytic cost (``gdn_pallas.kernel_cost``, the estimate the
+  pallas calls give XLA): what the kernel saves is the intra-chunk matrices' HBM round trips.
+
+``PROBE_SECTIONS`` are for ``benchmarks/accel_probe.py`` (the accelerator probe): forward and
+forward + backward time of the Pallas kernels against the jnp rule at 8k and 32k tokens.
 """
 from __future__ import annotations
 
@@ -202,9 +214,124 @@ def speed(kernels: dict, lengths, repeats, chunk=64, k_heads=4, v_heads=8, dk=64
     return out
 
 
+def _layer_inputs(T, k_heads, v_heads, dk, dv, dtype, seed=0):
+    import jax
+    import jax.numpy as jnp
+    rng = np.random.default_rng(seed)
+    q = jnp.asarray(rng.normal(size=(1, T, k_heads, dk)), dtype)
+    k = jnp.asarray(rng.normal(size=(1, T, k_heads, dk)), dtype)
+    v = jnp.asarray(rng.normal(size=(1, T, v_heads, dv)), dtype)
+    g = -jnp.abs(jnp.asarray(rng.normal(size=(1, T, v_heads)), jnp.float32)) * 0.1
+    b = jax.nn.sigmoid(jnp.asarray(rng.normal(size=(1, T, v_heads)), jnp.float32))
+    return q, k, v, g, b
+
+
+def pallas_parity(T=256, rows=ACCURACY_ROWS, chunk=64):
+    """Max errors of the Pallas kernels against the recurrent rule (fp32; bf16 inputs)."""
+    import jax
+    import jax.numpy as jnp
+    from harness_jax.models.qwen3_5 import gdn_pallas as P
+    from harness_jax.models.qwen3_5 import kernels as K
+    print(f"\nPallas kernels (interpret mode) vs the recurrent rule, T={T}, chunk {chunk}: max |out err|, "
+          "max |state err|, max gradient error / gradient max (q, k, v, g, beta):")
+    print("| keys cos | beta | decay | head dim | fp32 out | fp32 state | fp32 grad | bf16 out / max|out| "
+          "| bf16 state |")
+    print("|" + "---|" * 9)
+    out = []
+    for rho, beta, decay, A in rows:
+        x = [jnp.asarray(a) for a in stress_inputs(T, A, A, rho, beta, decay)]
+        w = jnp.asarray(np.random.default_rng(1).normal(size=x[2].shape), jnp.float32)
+        f_rec = lambda *a: K.recurrent_gated_delta_rule(*a)
+        f_pal = lambda *a: P.chunk_gated_delta_rule(*a, chunk_size=chunk)
+        (o_r, s_r), (o_p, s_p) = jax.jit(f_rec)(*x), jax.jit(f_pal)(*x)
+        grads = [jax.jit(jax.grad(lambda *a, f=f: jnp.sum(f(*a)[0].astype(jnp.float32) * w),
+                                  argnums=tuple(range(5))))(*x) for f in (f_rec, f_pal)]
+        g_err = max(float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b))) for a, b in zip(grads[1], grads[0]))
+        xb = [a.astype(jnp.bfloat16) for a in x[:3]] + x[3:]
+        o_rb, s_rb = jax.jit(f_rec)(*[a.astype(jnp.float32) for a in xb])
+        o_b, s_b = jax.jit(f_pal)(*xb)
+        r = dict(rho=rho, beta=beta, decay=decay, A=A, out=float(jnp.max(jnp.abs(o_p - o_r))),
+                 state=float(jnp.max(jnp.abs(s_p - s_r))), grad=g_err,
+                 bf16_out=float(jnp.max(jnp.abs(o_b.astype(jnp.float32) - o_rb)) / jnp.max(jnp.abs(o_rb))),
+                 bf16_state=float(jnp.max(jnp.abs(s_b - s_rb))))
+        print(f"| {rho} | {beta} | {decay} | {A} | {r['out']:.1e} | {r['state']:.1e} | {r['grad']:.1e} | "
+              f"{r['bf16_out']:.1e} | {r['bf16_state']:.1e} |", flush=True)
+        out.append(r)
+    return out
+
+
+def cost(lengths, k_heads=16, v_heads=32, dk=128, dv=128, chunk=64):
+    """XLA cost analysis of the jnp rule vs the Pallas kernels' analytic cost, one layer, bf16."""
+    import jax
+    import jax.numpy as jnp
+    from harness_jax.models.qwen3_5 import gdn_pallas as P
+    from harness_jax.models.qwen3_5 import kernels as K
+    print(f"\none layer's rule, {k_heads} key / {v_heads} value heads, {dk}x{dv} state, chunk {chunk}, bf16 inputs: "
+          "GFLOP and GB of HBM traffic (jnp: XLA cost_analysis on CPU of one chunk x chunks, since XLA counts a "
+          "scan body once; pallas: kernel_cost, recompute policy):")
+    print("| seq | jnp fwd GFLOP | jnp fwd GB | pallas fwd GFLOP | pallas fwd GB | jnp fwd+bwd GFLOP | jnp fwd+bwd GB "
+          "| pallas fwd+bwd GFLOP | pallas fwd+bwd GB |")
+    print("|" + "---|" * 9)
+    out = []
+    args = [jax.ShapeDtypeStruct((1, chunk) + a.shape[2:], a.dtype)
+            for a in _layer_inputs(8, k_heads, v_heads, dk, dv, jnp.bfloat16)]
+    fwd = lambda *a: K.chunk_gated_delta_rule(*a, chunk_size=chunk)[0]
+    bwd = jax.grad(lambda *a: jnp.sum(fwd(*a).astype(jnp.float32)), argnums=tuple(range(5)))
+    one = [jax.jit(f).lower(*args).compile().cost_analysis() for f in (fwd, bwd)]
+    for T in lengths:
+        M = -(-T // chunk)
+        cj = [{k: M * c.get(k, 0.0) for k in ("flops", "bytes accessed")} for c in one]
+        kc = {k: P.kernel_cost(1, v_heads, k_heads, T, dk, dv, chunk, 2, k) for k in ("forward", "states", "backward")}
+        pf = (kc["forward"]["flops"], kc["forward"]["bytes_accessed"])
+        pb = tuple(sum(kc[k][f] for k in kc) for f in ("flops", "bytes_accessed"))   # recompute policy
+        row = dict(seq=T, jnp_fwd_flops=cj[0]["flops"], jnp_fwd_bytes=cj[0].get("bytes accessed", 0.0),
+                   pallas_fwd_flops=pf[0], pallas_fwd_bytes=pf[1], jnp_fwdbwd_flops=cj[1]["flops"],
+                   jnp_fwdbwd_bytes=cj[1].get("bytes accessed", 0.0), pallas_fwdbwd_flops=pb[0],
+                   pallas_fwdbwd_bytes=pb[1])
+        print(f"| {T} | {row['jnp_fwd_flops'] / 1e9:.2f} | {row['jnp_fwd_bytes'] / 1e9:.3f} | {pf[0] / 1e9:.2f} | "
+              f"{pf[1] / 1e9:.3f} | {row['jnp_fwdbwd_flops'] / 1e9:.2f} | {row['jnp_fwdbwd_bytes'] / 1e9:.3f} | "
+              f"{pb[0] / 1e9:.2f} | {pb[1] / 1e9:.3f} |", flush=True)
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# accelerator probe sections (benchmarks/accel_probe.py imports these)
+# ---------------------------------------------------------------------------------------------
+def probe_gdn(smoke: bool = False, repeats: int = 5, lengths=(8192, 32768)) -> list:
+    """Forward and forward + backward seconds of one 9B-sized layer's rule (1 row, 16 key / 32
+    value heads, 128 x 128 state, chunk 64, bf16), Pallas kernels against the jnp rule, on the
+    default backend. ``smoke``: 2 / 4 heads, 32 x 32 state, 128 tokens (CPU interpret mode)."""
+    import jax
+    import jax.numpy as jnp
+    from harness_jax.models.qwen3_5 import gdn_pallas as P
+    from harness_jax.models.qwen3_5 import kernels as K
+    kh, vh, d = (2, 4, 32) if smoke else (16, 32, 128)
+    lengths = (128,) if smoke else lengths
+    impls = {"jnp": K.chunk_gated_delta_rule, "pallas": P.chunk_gated_delta_rule}
+    out = []
+    for T in lengths:
+        x = _layer_inputs(T, kh, vh, d, d, jnp.bfloat16)
+        for name, fn in impls.items():
+            fwd = jax.jit(lambda *a, fn=fn: fn(*a, chunk_size=64)[0])
+            fb = jax.jit(jax.grad(lambda *a, fn=fn: jnp.sum(fn(*a, chunk_size=64)[0].astype(jnp.float32)),
+                                  argnums=tuple(range(5))))
+            res = dict(section="gdn", impl=name, seq=T, platform=jax.default_backend())
+            for key, f in (("fwd_s", fwd), ("fwdbwd_s", fb)):
+                jax.block_until_ready(f(*x))
+                res[key] = float(np.median([_time(f, *x) for _ in range(repeats)]))
+            out.append(res)
+    return out
+
+
+PROBE_SECTIONS = {"gdn": probe_gdn}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default="accuracy,chunks,speed")
+    ap.add_argument("--cost_lengths", default="8192,32768")
+    ap.add_argument("--smoke", action="store_true", help="tiny pallas and cost sections (CI)")
     ap.add_argument("--old_ref", default="abf0342")
     ap.add_argument("--lengths", default="512,1024,2048,4096,8192")
     ap.add_argument("--repeats", type=int, default=5)
@@ -212,9 +339,19 @@ def main():
     ap.add_argument("--trsm", action="store_true", help="also time the new kernel with a triangular-solve inverse")
     args = ap.parse_args()
     from harness_jax.models.qwen3_5 import kernels as new
-    old = old_kernels(args.old_ref)
     print(f"load average at start: {os.getloadavg()}, cores: {os.cpu_count()} (shared machine: compare "
           "columns of one run, not runs)")
+    if args.smoke:
+        pallas_parity(T=64, rows=ACCURACY_ROWS[-2:-1], chunk=32)
+        cost([256], k_heads=2, v_heads=4, dk=32, dv=32)
+        return   # the probe section's smoke run is accel_probe.py --smoke
+    if "pallas" in args.sections:
+        pallas_parity()
+    if "cost" in args.sections:
+        cost([int(x) for x in args.cost_lengths.split(",")])
+    if not {"accuracy", "chunks", "speed"} & set(args.sections.split(",")):
+        return
+    old = old_kernels(args.old_ref)
     if "accuracy" in args.sections:
         accuracy(old, new)
     if "chunks" in args.sections:

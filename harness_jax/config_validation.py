@@ -26,6 +26,9 @@ from harness_jax.config_problems import Bad, ConfigValidationError, Problem  # n
 def check_run(run, bad: Bad, *, num_devices: Optional[int] = None) -> None:
     """The cross-section checks of a resolved ``train.spec.RunSpec``."""
     _check_mesh(run.mesh, bad, num_devices)
+    if run.model.arch.moe_dispatch == "ragged" and run.mesh.platform == "cpu":
+        bad("model.arch.moe_dispatch", run.model.arch.moe_dispatch, "ragged_all_to_all is not implemented by XLA:CPU",
+            "use --config.model.arch.moe_dispatch=all_to_all on CPU (ragged needs mesh.platform tpu or gpu)")
     mnt = run.rollout.max_new_tokens
     if run.rl.pack_len <= mnt:
         bad("rl.pack_len", run.rl.pack_len, f"a packed row must hold at least one whole assistant turn "

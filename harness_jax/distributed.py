@@ -17,8 +17,9 @@ multi-process launch JAX can discover by itself (a SLURM job with several tasks,
 slice: ``TPU_WORKER_HOSTNAMES`` lists several hosts), or when ``auto=True``; otherwise nothing is
 initialised (returns False), so the same entry point runs on a laptop and on a pod. Either way
 it logs the process index, device counts and platform, so a wrong topology shows up in the first
-lines. On CPU the cross-process collectives use gloo (set before initialisation). This is the
-one start-up path: the launchers call ``initialize()`` first thing.
+lines, and it turns on JAX's persistent compilation cache (``harness_jax.compile_cache``). On CPU
+the cross-process collectives use gloo (set before initialisation). This is the one start-up
+path: the launchers call ``initialize()`` first thing.
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ import jax
 from absl import flags
 
 from harness_jax import xla_flags
+
+from harness_jax import compile_cache
 
 _FLAGS_DEFINED = False
 
@@ -111,12 +114,14 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
 
     Must run before any JAX computation. ``platform`` ("cpu" | "gpu" | "tpu", the run's
     ``config.mesh.platform``): first add that platform's XLA flags (``harness_jax.xla_flags``;
-    latency hiding, collective pipelining). Logs the process index, device counts and platform.
+    latency hiding, collective pipelining). Turns on the persistent compilation cache
+    (``harness_jax.compile_cache``) and logs the process index, device counts and platform.
     """
     if platform is not None:
         set_flags = xla_flags.apply(platform)
         if set_flags:
             logging.info("XLA flags for %s: %s", platform, set_flags)
+    compile_cache.enable()
     cfg = resolve(coordinator_address, num_processes, process_id)
     if cfg.num_processes is not None and cfg.num_processes > 1:
         if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):

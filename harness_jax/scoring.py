@@ -9,6 +9,8 @@ Definitions (see shared/notes/environments.md, section 6):
   samples drawn without replacement succeeds; averaged over tasks;
 * avg@k: the mean success over the (first) ``k`` samples of each task, an unbiased pass@1
   estimate, averaged over tasks;
+* paired bootstrap: the mean per-task difference of two policies on the same tasks with its
+  percentile bootstrap interval (``paired_bootstrap``);
 * per-category accuracy: success rate within each category (DBBench ``type``, ALFWorld task
   type), and DBBench's ``overall_cat_accuracy`` = mean of the SELECT, INSERT and UPDATE
   accuracies, where SELECT pools every non-mutation category.
@@ -22,6 +24,8 @@ import dataclasses
 import math
 from collections import defaultdict
 from typing import Hashable, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
 
 MUTATION_CATEGORIES = ("INSERT", "UPDATE", "DELETE")
 
@@ -197,3 +201,28 @@ def tgc_sgc(task_success: Mapping[Hashable, bool],
 def binomial_stderr(p: float, n: int) -> float:
     """Standard error of a success rate estimated from ``n`` outcomes."""
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n > 0 else 0.0
+
+
+def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, samples: int = 10_000, level: float = 0.95,
+                     seed: int = 0) -> dict:
+    """Mean of the paired differences ``a_i - b_i`` (one value per task, the same tasks in the
+    same order) with its percentile bootstrap interval: tasks are resampled with replacement,
+    ``samples`` times, and the interval is the ``(1 - level) / 2`` and ``(1 + level) / 2``
+    quantiles of the resampled mean difference. ``significant`` says whether the interval
+    excludes 0. Deterministic for a given ``seed``."""
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired_bootstrap: a and b must be 1-D and of equal length (one value per "
+                         f"task, paired), got shapes {x.shape} and {y.shape}")
+    if x.size == 0:
+        raise ValueError("paired_bootstrap: no tasks to compare")
+    if not 0 < level < 1:
+        raise ValueError(f"paired_bootstrap: level={level} must be in (0, 1)")
+    d = x - y
+    idx = np.random.default_rng(seed).integers(0, d.size, size=(int(samples), d.size))
+    means = d[idx].mean(axis=1)
+    lo, hi = (float(np.quantile(means, q)) for q in ((1 - level) / 2, (1 + level) / 2))
+    return {"diff": float(d.mean()), "ci_low": lo, "ci_high": hi, "level": float(level),
+            "n_tasks": int(d.size), "a": float(x.mean()), "b": float(y.mean()),
+            "wins": int(np.sum(d > 0)), "losses": int(np.sum(d < 0)),
+            "significant": bool(lo > 0 or hi < 0)}

@@ -31,8 +31,10 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    from harness_jax import compile_cache
     from harness_jax.harness_r1 import evaluate
     from harness_jax.train.console import Console
+    compile_cache.enable()
 
     if _MERGE.value:
         import json

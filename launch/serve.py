@@ -28,7 +28,9 @@ flags.DEFINE_bool("incremental_streaming_output", False,
 
 def main(argv):
     del argv
+    from harness_jax import compile_cache
     from harness_jax.sampling.server import build_server
+    compile_cache.enable()                # a restarted server loads its programs instead of compiling
     server = build_server(FLAGS.model_path, tokenizer_path=FLAGS.tokenizer_path, max_slots=FLAGS.max_slots,
                           max_len=FLAGS.max_len, decode_steps=FLAGS.decode_steps, dtype=FLAGS.dtype,
                           served_model_name=FLAGS.served_model_name, weight_version=FLAGS.weight_version,

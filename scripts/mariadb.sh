@@ -44,13 +44,13 @@ cmd_install() {
     return 0
   fi
   echo "mariadb.sh: installing mariadb-server from Debian's packages" >&2
-  as_root apt-get update -q
+  as_root apt-get -o DPkg::Lock::Timeout=600 update -q
   # policy-rc.d exit 101 keeps the package from starting the system service: we run our own.
   local prc=/usr/sbin/policy-rc.d created=0
   if [ ! -e "$prc" ]; then
     as_root sh -c "printf '#!/bin/sh\nexit 101\n' > $prc && chmod +x $prc" && created=1
   fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
     mariadb-server mariadb-client
   if [ "$created" = 1 ]; then as_root rm -f "$prc"; fi
 }

@@ -1,7 +1,10 @@
-"""Test-wide set-up: 8 fake CPU devices so every sharding test runs here.
+"""Test-wide set-up: 8 fake CPU devices so every sharding test runs here, one persistent JAX
+compilation cache for the session and every process it starts, a per-test watchdog, the
+grouping and order of tests under pytest-xdist, and the closing summaries (tests skipped for a
+missing service, test time per directory).
 
-XLA_FLAGS must be set before jax is imported anywhere, which is why this happens at the top of
-the root conftest (pytest imports it before any test module).
+XLA_FLAGS and the cache variables must be set before jax is imported anywhere, which is why this
+happens at the top of the root conftest (pytest imports it before any test module).
 """
 import os
 
@@ -11,53 +14,24 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# JAX's persistent compilation cache (harness_jax.compile_cache: JAX_COMPILATION_CACHE_DIR, else
+# HARNESS_JAX_COMPILATION_CACHE, else ~/.cache/harness_jax/jax_compilation; .ci/run points it at
+# the run's temp dir). Exported as jax's own variables, so every launcher subprocess a test starts
+# (and every xdist worker) reads and fills the same cache.
+from harness_jax import compile_cache  # noqa: E402  (imports no jax)
+
+compile_cache.export_env()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
+# the watchdog, xdist scheduling and the closing summaries (tests/ci_plugin.py)
+pytest_plugins = ["tests.ci_plugin"]
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a few minutes on 2 cores; still part of CI")
-
-
-# A test that hangs (XLA:CPU has deadlocked with many fake devices on 2 cores) would otherwise
-# eat CI's whole 90 minutes and say nothing. Past TEST_TIMEOUT_S for one test (set-up included)
-# a watchdog thread stops output capture, dumps every thread's stack to stderr and ends the run
-# (exit code 70); a faulthandler timer 60 s later ends it even if the hang holds the GIL. The
-# slowest test takes ~90 s.
-TEST_TIMEOUT_S = float(os.environ.get("HARNESS_JAX_TEST_TIMEOUT_S", "1200"))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    import faulthandler
-    import sys
-    import threading
-    if TEST_TIMEOUT_S <= 0:
-        yield
-        return
-    done = threading.Event()
-
-    def watchdog():
-        if done.wait(TEST_TIMEOUT_S):
-            return
-        capman = item.config.pluginmanager.getplugin("capturemanager")
-        if capman is not None:
-            capman.suspend_global_capture(in_=True)
-        sys.stderr.write(f"\n{item.nodeid} ran past HARNESS_JAX_TEST_TIMEOUT_S={TEST_TIMEOUT_S:.0f}s; "
-                         "stacks of every thread:\n")
-        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        sys.stderr.flush()
-        os._exit(70)
-
-    threading.Thread(target=watchdog, name="test-timeout", daemon=True).start()
-    faulthandler.dump_traceback_later(TEST_TIMEOUT_S + 60, exit=True)
-    try:
-        yield
-    finally:
-        done.set()
-        faulthandler.cancel_dump_traceback_later()
 
 
 # --------------------------------------------------------------------------------------------

@@ -80,3 +80,33 @@ def test_summarize_and_tgc_sgc():
     assert out == {"tgc": pytest.approx(2 / 3), "sgc": 0.5}
     with pytest.raises(ValueError, match="no field 'success'"):
         M.group_by_task([{"task_id": "a"}])
+
+
+def test_paired_bootstrap_on_known_data():
+    # differences 1, 0, 0, 1 -> mean 0.5; every resampled mean is a multiple of 1/4 in [0, 1]
+    r = M.paired_bootstrap([1, 1, 0, 1], [0, 1, 0, 0], samples=4000)
+    assert r["diff"] == 0.5 and r["a"] == 0.75 and r["b"] == 0.25 and r["n_tasks"] == 4
+    assert (r["wins"], r["losses"]) == (2, 0)
+    # a resample of 4 tasks has mean 0 with probability 1/16 > 2.5%: 0 is inside, not significant
+    assert r["ci_low"] == 0.0 and r["ci_high"] == 1.0 and r["level"] == 0.95 and not r["significant"]
+    # the same pattern on 40 tasks is
+    big = M.paired_bootstrap([1, 1, 0, 1] * 10, [0, 1, 0, 0] * 10, samples=4000)
+    assert big["significant"] and 0.3 < big["ci_low"] < 0.5 < big["ci_high"] < 0.7
+    # a constant difference has a degenerate interval; swapping the sides negates everything
+    const = M.paired_bootstrap([0.5] * 9, [0.25] * 9)
+    assert (const["diff"], const["ci_low"], const["ci_high"]) == (0.25, 0.25, 0.25)
+    sw = M.paired_bootstrap([0, 1, 0, 0] * 10, [1, 1, 0, 1] * 10, samples=4000)
+    assert sw["diff"] == -big["diff"] and sw["ci_high"] == pytest.approx(-big["ci_low"])
+    # large n: the percentile interval matches the normal one, mean +- 1.96 sd / sqrt(n)
+    import numpy as np
+    rng = np.random.default_rng(1)
+    a, b = rng.random(2000), rng.random(2000)
+    n = M.paired_bootstrap(a, b, samples=4000, seed=3)
+    half = 1.96 * np.std(a - b) / math.sqrt(2000)
+    assert n["ci_low"] == pytest.approx(np.mean(a - b) - half, abs=0.15 * half)
+    assert n["ci_high"] == pytest.approx(np.mean(a - b) + half, abs=0.15 * half)
+    assert M.paired_bootstrap(a, b, seed=3, samples=500) == M.paired_bootstrap(a, b, seed=3, samples=500)
+    with pytest.raises(ValueError, match="equal length"):
+        M.paired_bootstrap([1, 0], [1])
+    with pytest.raises(ValueError, match="no tasks"):
+        M.paired_bootstrap([], [])

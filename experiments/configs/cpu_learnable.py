@@ -92,7 +92,7 @@ def get_config():
     c.sft.ckpt_every_steps = 100          # a killed warm start loses at most 100 steps
 
     c.ckpt.every_steps = 10               # checkpoints
-    c.eval.num_tasks = 64                 # held-out generated tasks per evaluation
+    c.eval.num_tasks = 256                # held-out generated tasks per evaluation (paired comparisons need many)
     c.eval.k = 4                          # attempts per task (Avg@4 at T=1)
     c.eval.temperature = 1.0              # the rollout temperature
     c.log.peak_flops = 0.0                # measure this CPU's matmul peak at start-up

@@ -20,11 +20,11 @@ the DBBench preset's, which lowers for the 4-device fsdp mesh on CPU fake device
 is the Harness-S GRPO baseline on AppWorld (TGC on the selection split rises from the base
 model's).
 
-Memory: AppWorld episodes are longer (the ReAct instruction is ~1.3k tokens and API outputs are
+Memory arithmetic: AppWorld episodes are longer (the ReAct instruction is ~1.3k tokens and API outputs are
 long), so rows are packed at 16384 tokens, one row per GPU per micro-batch; the memory plan is
 ``gpu8_qwen35_4b_dbbench``'s (Pallas flash attention, remat "full", bf16 weight gathers). AOT
-budget: fits (72 GB per device: 71.7 GB of the 72.0 GB budget = 80 GB less 10% headroom, so no
-margin beyond the headroom), from XLA's memory analysis of the train step compiled for the
+budget: fits (51 GB per device of the 72 GB budget = 80 GB less 10% headroom; 71.7 GB
+before remat "full" recomputed one layer at a time), from XLA's memory analysis of the train step compiled for the
 4-device mesh at pack_len 16384, full depth (tests/experiments/test_aot.py); XLA:CPU holds bf16
 math in fp32, so the figure is an upper bound for the GPU. The harness_s AppWorld and SWE presets
 compile the same step.

@@ -26,10 +26,11 @@ own config.json replaces it.
 
 Memory plan: Pallas (Triton) flash attention with segment ids (nothing T x S), remat "full"
 (each layer recomputed; its bf16 input kept), weights cast to bf16 on their FSDP shards before
-the per-layer all-gather, fp32 gradient reduction. AOT budget: fits (49 GB per device of the
+the per-layer all-gather, fp32 gradient reduction. AOT budget: fits (39 GB per device of the
 72 GB budget = 80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for
 the 4-device mesh at pack_len 8192, full depth, one 8192-token row per device per micro-batch
-(tests/experiments/test_aot.py). That compile is XLA:CPU's (the Pallas kernel replaced by the XLA
+(tests/experiments/test_aot.py; 49 GB before remat "full" recomputed the layers of a scanned cycle
+one at a time, ``model.ordered_remat``). That compile is XLA:CPU's (the Pallas kernel replaced by the XLA
 flash kernel, same memory class), which holds bf16 math in fp32: an upper bound for the GPU.
 Before this plan (reference attention materialising fp32 [B, K, G, T, S] scores, dots-saveable
 remat, fp32 weight gathers) the same compile reported 158 GB.

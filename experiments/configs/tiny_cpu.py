@@ -72,7 +72,7 @@ def get_config():
     c.sft.ckpt_every_steps = 50           # a killed warm start loses at most 50 steps
 
     c.ckpt.every_steps = 2                # frequent checkpoints: the run is short
-    c.eval.num_tasks = 32                 # held-out generated tasks per evaluation
+    c.eval.num_tasks = 256                # held-out generated tasks per evaluation
     c.eval.k = 1                          # greedy, one attempt
     c.eval.temperature = 0.0              # greedy
     c.log.peak_flops = 0.0                # measure this CPU's matmul peak at start-up

@@ -18,11 +18,12 @@ Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "
 recomputed; its bf16 input kept), weights cast to bf16 on their FSDP shards before the per-layer
 all-gather. Static part, exact (N = 8.95e9: embeddings 2 x 248320 x 4096 = 2.03e9, 24 Gated
 DeltaNet layers x 218e6 + 8 attention layers x 210e6 = 6.92e9; fsdp=16): fp32 params 2.2 GB +
-Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip. AOT budget: fits (42 GB per device
+Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip. AOT budget: fits (32 GB per device
 of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step
 compiled for the 16-device mesh at pack_len 8192, full depth, one 8192-token row per chip per
 micro-batch (tests/experiments/test_aot.py); that compile is XLA:CPU's (splash replaced by the XLA
-flash kernel), which holds bf16 math in fp32: an upper bound for the TPU (before this plan:
+flash kernel), which holds bf16 math in fp32: an upper bound for the TPU (42 GB with the layers of a scanned cycle recomputed side by side, before
+``model.ordered_remat``; before this plan:
 reference attention, dots-saveable remat, fp32 weight gathers, the same compile reported 546 GB).
 Engine caches
 (colocated): 64 slots x (8 attention layers x 2 x 4 kv x 256 x 16384 x 2 B + 24 GDN layers x 32

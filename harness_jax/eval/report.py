@@ -7,9 +7,11 @@ Markdown / CSV / JSON / LaTeX tables.
     paths = report.write_report(runs, tables, "/tmp/sweep/report")   # what launch/tables.py does
 
 Curves: one figure per ``metrics.jsonl`` key (``DEFAULT_CURVES`` that the runs logged, or the
-keys asked for), one line per table row and benchmark: the mean over its finished runs at each
-step logged by any of them, a ±std band where at least two runs logged the step, and ``n`` in
-the legend. Only records holding the key are used (SFT and GRPO steps share ``step``).
+keys asked for), one line per table row and benchmark (``rows.plan``: runs of different configs
+never share a line unless pooled on request, then the title says over what): the mean over its
+finished runs at each step logged by any of them, a ±std band where at least two runs logged the
+step, and ``n`` in the legend. Only records holding the key are used (SFT and GRPO steps share
+``step``).
 """
 from __future__ import annotations
 
@@ -17,15 +19,14 @@ import base64
 import html
 import os
 import time
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence, Union
 import sys
 
 import numpy as np
 
-from harness_jax.eval import tables as tables_lib
+from harness_jax.eval import rows as rows_lib, tables as tables_lib
 from harness_jax.eval.runs import Run, TablesError
 from harness_jax.eval import runs as runs_lib
-from harness_jax.eval.runs import config_get
 from harness_jax.harness_s.pool import load_pool
 from harness_jax.provenance import repo_root
 
@@ -79,7 +80,8 @@ def group_curves(groups: dict, key: str) -> list[dict]:
     return out
 
 
-def plot_curves(groups: dict, key: str, path_stem: str) -> Optional[list[str]]:
+def plot_curves(groups: dict, key: str, path_stem: str, pooled: str = "") -> Optional[list[str]]:
+    """One line per group; ``pooled`` (what the rows pool besides seeds) goes in the title."""
     curves = group_curves(groups, key)
     if not curves:
         return None
@@ -94,7 +96,8 @@ def plot_curves(groups: dict, key: str, path_stem: str) -> Optional[list[str]]:
             ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=line.get_color(), alpha=0.2)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
-    ax.set_title(f"{key}: mean ± std over seeds")
+    ax.set_title(f"{key}: mean ± std over seeds" + (f"\n(pooled over {pooled}, as asked)" if pooled else ""),
+                 fontsize=10 if pooled else None)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save(fig, path_stem)
@@ -204,11 +207,12 @@ def _safe(name: str) -> str:
 
 
 def make_plots(runs: Sequence[Run], groups: dict, out_dir: str, curves: Sequence[str] = (),
-               progress: Optional[Callable[[Iterable], Iterable]] = None) -> list[tuple[str, str]]:
-    """[(title, png path)] of every plot written under ``out_dir/plots``."""
+               progress: Optional[Callable[[Iterable], Iterable]] = None, pooled: str = "") -> list[tuple[str, str]]:
+    """[(title, png path)] of every plot written under ``out_dir/plots`` (``pooled``: what the
+    groups pool besides seeds, said in the curves' titles)."""
     wrap = progress or (lambda it: it)
     plot_dir = os.path.join(out_dir, "plots")
-    jobs = [(f"training curve: {k}", lambda k=k: plot_curves(groups, k, os.path.join(plot_dir, "curve_" + _safe(k))))
+    jobs = [(f"training curve: {k}", lambda k=k: plot_curves(groups, k, os.path.join(plot_dir, "curve_" + _safe(k)), pooled))
             for k in curve_keys(runs, curves)]
     jobs += [(f"sibling complementarity: {os.path.basename(p)}",
               lambda p=p: plot_complementarity(p, os.path.join(plot_dir, "complementarity_" + _safe(os.path.basename(p)))))
@@ -257,14 +261,16 @@ def table_html(t: tables_lib.Table, ci: bool = True) -> str:
 
 
 def to_html(tables_: Sequence[tables_lib.Table], runs: Sequence[Run], plots: Sequence[tuple[str, str]],
-            title: str = "harness_jax results", command: str = "") -> str:
+            title: str = "harness_jax results", command: str = "", grouping: Optional[rows_lib.Grouping] = None) -> str:
+    g = grouping or rows_lib.plan(runs)
     bad = tables_lib.failed_runs(runs)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
              f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p>{len(runs) - len(bad)} of {len(runs)} runs finished · generated {time.strftime('%Y-%m-%d %H:%M:%S')}"
              + (f"<br><code>{html.escape(command)}</code>" if command else "") + "</p>",
              "<p class='notes'>Cells: mean ± std over seeds (n = finished runs reporting the value / runs in the "
-             "cell) [bootstrap 95% interval of the mean]. Hover a cell for its values and runs.</p>"]
+             "cell) [bootstrap 95% interval of the mean]. Hover a cell for its values and runs.</p>",
+             f"<p class='notes'>{html.escape(g.header())}</p>"]
     parts += [table_html(t) for t in tables_]
     parts.append("<h2>Plots</h2>" if plots else "<h2>Plots</h2><p>No curves: the finished runs logged none of the plotted keys.</p>")
     for name, png in plots:
@@ -279,47 +285,50 @@ def to_html(tables_: Sequence[tables_lib.Table], runs: Sequence[Run], plots: Seq
                          f"<pre>{html.escape(r.detail)}</pre>")
     else:
         parts.append("<p>None.</p>")
-    rows = "".join(f"<tr><td>{html.escape(r.name)}</td><td>{html.escape(r.state)}</td>"
-                   f"<td>{html.escape(tables_lib.benchmark_of(r))}</td><td>{html.escape(str(r.config.get('seed')))}</td>"
-                   f"<td>{html.escape(str((r.code.get('commit') or '')[:10]))}</td><td>{html.escape(r.path)}</td></tr>"
-                   for r in runs)
-    parts.append("<h2>All runs</h2><table><tr><th>run</th><th>state</th><th>benchmark</th><th>seed</th>"
-                 f"<th>commit</th><th>path</th></tr>{rows}</table></body></html>")
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(x[k]))}</td>" for k in ("name", "row", "benchmark", "seed", "state"))
+                   + f"<td>{html.escape(str((r.code.get('commit') or '')[:10]))}</td><td>{html.escape(r.path)}</td></tr>"
+                   for r, x in zip(runs, tables_lib.run_rows(runs, g)))
+    parts.append("<h2>All runs</h2><table><tr><th>run</th><th>row</th><th>benchmark</th>"
+                 f"<th>{html.escape(', '.join(g.seeds))}</th><th>state</th><th>commit</th><th>path</th></tr>{rows}</table></body></html>")
     return "\n".join(parts)
 
 
 def write_report(runs: Sequence[Run], tables_: Sequence[tables_lib.Table], out_dir: str, *,
-                 groups: Optional[dict] = None, curves: Sequence[str] = (), plots: bool = True,
+                 grouping: Optional[rows_lib.Grouping] = None, curves: Sequence[str] = (), plots: bool = True,
                  ci: bool = False, command: str = "", title: str = "harness_jax results",
                  progress: Optional[Callable[[Iterable], Iterable]] = None) -> dict:
     """Writes ``tables.md``, ``tables.csv``, ``tables.json``, ``tables.tex``, ``plots/*.png|svg``
     and ``report.html`` under ``out_dir``; returns ``{kind: path}``."""
     os.makedirs(out_dir, exist_ok=True)
+    g = grouping or rows_lib.plan(runs)
     header = f"# {title}\n\n`{command}`" if command else f"# {title}"
     out = {}
-    for kind, text in (("md", tables_lib.to_markdown(tables_, runs, ci=ci, header=header)),
+    for kind, text in (("md", tables_lib.to_markdown(tables_, runs, ci=ci, header=header, grouping=g)),
                        ("csv", tables_lib.to_csv(tables_)),
-                       ("json", tables_lib.to_json(tables_, runs, command=command)),
+                       ("json", tables_lib.to_json(tables_, runs, g, command=command)),
                        ("tex", tables_lib.to_latex(tables_))):
         out[kind] = os.path.join(out_dir, f"tables.{kind}")
         with open(out[kind], "w", encoding="utf-8") as f:
             f.write(text)
-    made = make_plots(runs, groups or {}, out_dir, curves, progress) if plots else []
+    pooled = "configs" if g.pool_configs else ", ".join(g.pool_over)
+    made = make_plots(runs, g.groups(runs, split_benchmarks=True), out_dir, curves, progress, pooled) if plots else []
     out["plots"] = [p for _, p in made]
     out["html"] = os.path.join(out_dir, "report.html")
     with open(out["html"], "w", encoding="utf-8") as f:
-        f.write(to_html(tables_, runs, made, title=title, command=command))
+        f.write(to_html(tables_, runs, made, title=title, command=command, grouping=g))
     return out
 
 
 def generate(paths: Sequence[str], out_dir: Optional[str] = None, *, table: str = "auto",
-             metrics: Sequence[str] = (), rows: Optional[Sequence[str]] = None, seed_key: str = "seed",
+             metrics: Sequence[str] = (), rows: Optional[Sequence[str]] = None,
+             seed_key: Union[str, Sequence[str]] = "seed", pool_over: Sequence[str] = (), pool_configs: bool = False,
              benchmark_key: str = "env.name", percent: bool = False, ci: bool = False, strict: bool = False,
              curves: Sequence[str] = (), plots: bool = True, title: str = "", command: str = "",
              progress: bool = False) -> dict:
-    """``launch/tables.py``: reads the runs under ``paths``, builds the tables of ``table`` (or of
-    ``metrics``), writes the report under ``out_dir`` (default ``<first path>/report``).
-    Returns ``{"runs", "tables", "markdown", "files"}``."""
+    """``launch/tables.py``: reads the runs under ``paths``, makes the rows (``rows.plan``: runs
+    whose configs differ apart unless pooled over ``pool_over`` or ``pool_configs``), builds the
+    tables of ``table`` (or of ``metrics``), writes the report under ``out_dir`` (default
+    ``<first path>/report``). Returns ``{"runs", "grouping", "tables", "markdown", "files"}``."""
     wrap = _progress("reading runs") if progress else None
     runs = runs_lib.load_runs(paths, progress=wrap)
     if not any(r.done for r in runs):
@@ -330,20 +339,21 @@ def generate(paths: Sequence[str], out_dir: Optional[str] = None, *, table: str 
     tables_lib.check_metrics(specs, runs)
     if rows is not None:
         _check_rows(rows, runs)
-    built = tables_lib.build(runs, specs, rows, seed_key, benchmark_key, strict)
-    groups = tables_lib.group_runs(runs, rows, seed_key, benchmark_key, split_benchmarks=True)
+    grouping = rows_lib.plan(runs, rows, [seed_key] if isinstance(seed_key, str) else seed_key, pool_over,
+                             pool_configs, benchmark_key)
+    built = tables_lib.build(runs, specs, grouping, strict)
     out_dir = out_dir or os.path.join(os.path.abspath(os.path.expanduser(paths[0])), "report")
-    files = write_report(runs, built, out_dir, groups=groups, curves=curves, plots=plots, ci=ci,
+    files = write_report(runs, built, out_dir, grouping=grouping, curves=curves, plots=plots, ci=ci,
                          command=command, title=title or "harness_jax results",
                          progress=_progress("plots") if progress else None)
     header = f"# {title}" if title else ""
-    return {"runs": runs, "tables": built, "files": files,
-            "markdown": tables_lib.to_markdown(built, runs, ci=ci, header=header)}
+    return {"runs": runs, "grouping": grouping, "tables": built, "files": files,
+            "markdown": tables_lib.to_markdown(built, runs, ci=ci, header=header, grouping=grouping)}
 
 
 def _check_rows(rows: Sequence[str], runs: Sequence[Run]) -> None:
     for k in rows:
-        if all(k not in r.overrides and config_get(r.config, k) is None for r in runs):
+        if all(rows_lib.value(r, k) is rows_lib.UNSET for r in runs):
             raise TablesError(f"--rows: {k!r} is a path of no run's config; give dotted config paths "
                               "(e.g. --rows=harness_s.router.name) or leave --rows empty for the swept paths")
 

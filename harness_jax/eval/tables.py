@@ -7,13 +7,15 @@ runs kept per-task outcomes: Rank-1 results), missing cells said, never dropped.
     built = tables.build(rs, tables.specs_for("auto", rs))          # [Table]
     print(tables.to_markdown(built, rs))
 
-Rows: runs are grouped by their *row key*: the config's ``name`` (when the runs' names differ)
-and the values of the swept paths (the sweep's overrides) except the seed, or the config paths
-given as ``row_keys``; the benchmark is ``env.name`` of the run's config. A cell pools the runs of
-one row and benchmark (their seeds): ``n`` finished runs that report the metric out of the runs
-that belong there. A cell with no value is shown as ``—`` with the reason (no run, the runs
-failed, the metric is absent). A cell whose runs' configs differ in anything but the seed and the
-row keys says at which paths (``strict``: refused), and so do runs of different code versions.
+Rows (``harness_jax.eval.rows``): runs share a row only when their resolved configs are equal
+except at the seed paths (``seed`` and a sweep's seed axis), unless the user pools over named paths
+or over configs; the label names what tells the rows apart (the config's ``name``, the swept
+paths, then the config paths that split the rest). The benchmark is ``env.name`` of the run's own
+config. A cell pools the runs of one row and benchmark (their seeds): ``n`` finished runs that
+report the metric out of the runs that belong there. A cell with no value is shown as ``—`` with
+the reason (no run, the runs failed, the metric is absent). A cell says what it pools besides
+seeds (the paths asked for, configs, different code versions, a repeated seed; ``strict``:
+configs and code versions refused).
 Failed and unfinished runs are listed with their state and log tail by the renderers.
 
 Table kinds (``specs_for``): ``main`` (Harness-S main table: Pass@k / Avg@k of the deployment
@@ -33,13 +35,14 @@ import dataclasses
 import difflib
 import io
 import json
-import math
 import re
 from typing import Optional, Sequence
 
 import numpy as np
 
-from harness_jax.eval.runs import Run, TablesError, config_get
+from harness_jax.eval import rows as rows_lib
+from harness_jax.eval.rows import benchmark_of
+from harness_jax.eval.runs import Run, TablesError
 from harness_jax.sweeps.spec import config_diff
 
 MISSING = "—"
@@ -291,67 +294,33 @@ def check_metrics(specs: Sequence[TableSpec], runs: Sequence[Run], flag: str = "
 
 
 # ------------------------------------------------------------------------------ grouping
-def row_keys_auto(runs: Sequence[Run], seed_key: str = "seed") -> list[str]:
-    """The swept paths whose values differ across the runs, except the seed, in first-seen order,
-    and ``name`` first when the runs' config names differ (a path every run sets to one value,
-    e.g. a ``hyper.fixed`` part of the sweep, makes no row)."""
-    keys: list[str] = []
-    for r in runs:
-        for k in r.overrides:
-            if k != seed_key and k not in keys:
-                keys.append(k)
-    varying = [k for k in keys
-               if len({repr(r.overrides.get(k, config_get(r.config, k))) for r in runs}) > 1]
-    names = {r.config.get("name") for r in runs if r.config}
-    return (["name"] if len(names) > 1 else []) + varying
-
-
-def row_label(run: Run, keys: Sequence[str]) -> str:
-    parts = []
-    for k in keys:
-        v = run.overrides.get(k, config_get(run.config, k))
-        parts.append(str(v) if k == "name" else f"{k}={v}")
-    return ", ".join(parts) if parts else (run.config.get("name") or "all runs")
-
-
-def benchmark_of(run: Run, key: str = "env.name") -> str:
-    return str(config_get(run.config, key, "?"))
-
-
-def group_runs(runs: Sequence[Run], row_keys: Optional[Sequence[str]] = None, seed_key: str = "seed",
-               benchmark_key: str = "env.name", split_benchmarks: bool = False) -> dict:
+def group_runs(runs: Sequence[Run], grouping: Optional[rows_lib.Grouping] = None,
+               split_benchmarks: bool = False) -> dict:
     """{row label: [runs]} in first-seen order (``split_benchmarks``: one group per row and
     benchmark when the runs span several, ``"label [benchmark]"``; the plots' lines)."""
-    keys = list(row_keys) if row_keys is not None else row_keys_auto(runs, seed_key)
-    several = len({benchmark_of(r, benchmark_key) for r in runs}) > 1
-    groups: dict = {}
-    for r in runs:
-        label = row_label(r, keys)
-        if split_benchmarks and several:
-            label += f" [{benchmark_of(r, benchmark_key)}]"
-        groups.setdefault(label, []).append(r)
-    return groups
+    return (grouping or rows_lib.plan(runs)).groups(runs, split_benchmarks)
 
 
-def build(runs: Sequence[Run], specs: Sequence[TableSpec], row_keys: Optional[Sequence[str]] = None,
-          seed_key: str = "seed", benchmark_key: str = "env.name", strict: bool = False) -> list[Table]:
-    """The tables of ``specs`` over ``runs`` (module docstring)."""
-    keys = list(row_keys) if row_keys is not None else row_keys_auto(runs, seed_key)
-    groups = group_runs(runs, keys, seed_key, benchmark_key)
+def build(runs: Sequence[Run], specs: Sequence[TableSpec], grouping: Optional[rows_lib.Grouping] = None,
+          strict: bool = False) -> list[Table]:
+    """The tables of ``specs`` over ``runs``, rows as ``grouping`` (``rows.plan``) makes them."""
+    g = grouping or rows_lib.plan(runs)
+    groups = g.groups(runs)
     # a run that recorded no config and did not finish has no benchmark: it is in the runs list only
-    benchmarks = sorted({benchmark_of(r, benchmark_key) for r in runs if r.done or r.config})
-    ignore = {seed_key, *keys}
+    benchmarks = sorted({benchmark_of(r, g.benchmark_key) for r in runs if r.done or r.config})
     out = []
     for spec in specs:
         rows, cells = [], {}
         for label, members in groups.items():
+            if not any(r.done or r.config for r in members):
+                continue        # unfinished runs that recorded no config: in the runs list only
             for arm in spec.arms or [None]:
                 row = label if arm is None else (arm.label if len(groups) == 1 else f"{label}: {arm.label}")
                 rows.append(row)
                 for b in benchmarks:
-                    here = [r for r in members if benchmark_of(r, benchmark_key) == b]
+                    here = [r for r in members if benchmark_of(r, g.benchmark_key) == b]
                     for m in spec.metrics:
-                        cells[(row, b, m)] = _cell(row, b, m, spec.source(arm, m), here, ignore, strict, seed_key)
+                        cells[(row, b, m)] = _cell(row, b, m, spec.source(arm, m), here, g, strict)
                 if spec.mean_column:
                     for m in spec.metrics:
                         cells[(row, "mean", m)] = _mean_cell(row, m, [cells[(row, b, m)] for b in benchmarks])
@@ -359,8 +328,8 @@ def build(runs: Sequence[Run], specs: Sequence[TableSpec], row_keys: Optional[Se
     return out
 
 
-def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], ignore: set, strict: bool,
-          seed_key: str = "seed") -> Cell:
+def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], g: rows_lib.Grouping,
+          strict: bool) -> Cell:
     c = Cell(row, bench, column, metric, expected=len(runs))
     used = []
     for r in runs:
@@ -376,25 +345,38 @@ def _cell(row: str, bench: str, column: str, metric: str, runs: Sequence[Run], i
     if not runs:
         c.missing.append("no run")
     if len(used) > 1:
-        diff = sorted({p for r in used[1:] for p in config_diff(used[0].config, r.config)
-                       if not any(p == k or p.startswith(k + ".") for k in ignore)})
-        if diff:
-            msg = f"pools runs whose configs differ at {', '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}"
-            if strict:
-                raise TablesError(f"--strict: cell {row} / {bench} / {column} {msg} "
-                                  f"(runs {', '.join(c.runs)}); give --rows those paths to split them")
-            c.notes.append(msg)
-        seeds = [config_get(r.config, seed_key) for r in used]
-        if len(set(map(repr, seeds))) < len(seeds):
-            c.notes.append(f"runs share a seed ({seed_key} = {', '.join(map(str, seeds))}): not independent seeds")
-        versions = {(r.code.get("commit"), r.code.get("diff_sha256")) for r in used if r.code}
-        if len(versions) > 1:
-            shown = sorted(f"{(v[0] or '?')[:10]}{'+' + v[1][:8] if v[1] else ''}" for v in versions)
-            msg = f"pools runs of different code versions ({', '.join(shown)})"
-            if strict:
-                raise TablesError(f"--strict: cell {row} / {bench} / {column} {msg}")
-            c.notes.append(msg)
+        _pooling_notes(c, used, g, strict)
     return c
+
+
+def _pooling_notes(c: Cell, used: Sequence[Run], g: rows_lib.Grouping, strict: bool) -> None:
+    """What a cell of several runs pools besides seeds: paths asked for (``--pool_over``), configs
+    (``--pool_configs``), code versions; runs that share a seed."""
+    where = f"cell {c.row} / {c.benchmark} / {c.column}"
+    for k in g.pool_over:
+        vals = list(dict.fromkeys(rows_lib.value_text(rows_lib.value(r, k)) for r in used))
+        if len(vals) > 1:
+            c.notes.append(f"pooled over {k} = {', '.join(vals)} (--pool_over)")
+    diff = sorted({p for r in used[1:] for p in config_diff(used[0].config, r.config)
+                   if not rows_lib.covers(g.ignored(), p)})
+    if diff or any(not r.config for r in used):
+        shown = ", ".join(diff[:6]) + (" ..." if len(diff) > 6 else "") if diff else "? (a run recorded no config)"
+        msg = f"pools runs whose configs differ at {shown}" + (" (--pool_configs)" if g.pool_configs else "")
+        if strict:
+            raise TablesError(f"--strict: {where} {msg} (runs {', '.join(c.runs)}); leave out --pool_configs "
+                              "to keep them in rows of their own")
+        c.notes.append(msg)
+    seeds = [tuple(repr(rows_lib.value(r, k)) for k in g.seeds) for r in used]
+    if len(set(seeds)) < len(seeds):
+        shown = "; ".join(", ".join(rows_lib.value_text(rows_lib.value(r, k)) for k in g.seeds) for r in used)
+        c.notes.append(f"runs share a seed ({', '.join(g.seeds)} = {shown}): not independent seeds")
+    versions = {(r.code.get("commit"), r.code.get("diff_sha256")) for r in used if r.code}
+    if len(versions) > 1:
+        shown = sorted(f"{(v[0] or '?')[:10]}{'+' + v[1][:8] if v[1] else ''}" for v in versions)
+        msg = f"pools runs of different code versions ({', '.join(shown)})"
+        if strict:
+            raise TablesError(f"--strict: {where} {msg}")
+        c.notes.append(msg)
 
 
 def _mean_cell(row: str, column: str, cells: Sequence[Cell]) -> Cell:
@@ -481,9 +463,19 @@ def failed_runs(runs: Sequence[Run]) -> list[Run]:
     return [r for r in runs if not r.done]
 
 
-def runs_markdown(runs: Sequence[Run]) -> str:
+def run_rows(runs: Sequence[Run], g: rows_lib.Grouping) -> list[dict]:
+    """Per run: name, row, benchmark and seed read from its own config, state, path."""
+    return [{"name": r.name, "row": g.label(r), "benchmark": benchmark_of(r, g.benchmark_key),
+             "seed": ", ".join(rows_lib.value_text(rows_lib.value(r, k)) for k in g.seeds) if r.config
+             else "? (no config)", "state": r.state, "path": r.path} for r in runs]
+
+
+def runs_markdown(runs: Sequence[Run], g: Optional[rows_lib.Grouping] = None) -> str:
+    g = g or rows_lib.plan(runs)
     bad = failed_runs(runs)
-    lines = [f"### Runs: {len(runs) - len(bad)} of {len(runs)} finished"]
+    lines = [f"### Runs: {len(runs) - len(bad)} of {len(runs)} finished", "", g.header(), "",
+             f"| run | row | benchmark | {', '.join(g.seeds)} | state |", "|---|---|---|---|---|"]
+    lines += [f"| {x['name']} | {x['row']} | {x['benchmark']} | {x['seed']} | {x['state']} |" for x in run_rows(runs, g)]
     if bad:
         lines += ["", "Not in any value (listed, not dropped):", ""]
         for r in bad:
@@ -493,10 +485,11 @@ def runs_markdown(runs: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
-def to_markdown(tables_: Sequence[Table], runs: Sequence[Run], ci: bool = False, header: str = "") -> str:
+def to_markdown(tables_: Sequence[Table], runs: Sequence[Run], ci: bool = False, header: str = "",
+                grouping: Optional[rows_lib.Grouping] = None) -> str:
     parts = [header] if header else []
     parts += [table_markdown(t, ci) for t in tables_]
-    parts.append(runs_markdown(runs))
+    parts.append(runs_markdown(runs, grouping))
     parts.append("Cells: mean ± std over seeds (sample std) (n = finished runs reporting the value / runs in "
                  f"the cell); {MISSING} = no value. CSV/JSON hold the bootstrap 95% intervals and every value.")
     return "\n\n".join(parts) + "\n"
@@ -521,10 +514,16 @@ def _num(v) -> str:
     return "" if v is None else repr(float(v))
 
 
-def to_json(tables_: Sequence[Table], runs: Sequence[Run], **meta) -> str:
-    return json.dumps({**meta, "tables": [t.to_dict() for t in tables_],
+def to_json(tables_: Sequence[Table], runs: Sequence[Run], grouping: Optional[rows_lib.Grouping] = None,
+            **meta) -> str:
+    g = grouping or rows_lib.plan(runs)
+    info = {x["name"]: x for x in run_rows(runs, g)}
+    return json.dumps({**meta, "rows": {"paths": g.keys, "seeds": g.seeds, "pool_over": g.pool_over,
+                                        "pool_configs": g.pool_configs, "note": g.header(), "rows": g.describe(runs)},
+                       "tables": [t.to_dict() for t in tables_],
                        "runs": [{"name": r.name, "path": r.path, "state": r.state, "overrides": r.overrides,
-                                 "benchmark": benchmark_of(r), "seed": r.config.get("seed"),
+                                 "row": info[r.name]["row"], "benchmark": info[r.name]["benchmark"],
+                                 "seed": {k: rows_lib.jsonable(rows_lib.value(r, k)) for k in g.seeds} if r.config else None,
                                  "code": r.code, "detail": r.detail} for r in runs]},
                       indent=1, default=str)
 

@@ -73,8 +73,8 @@ def model_engineer(run, workdir: str, which: str):
     mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
     model, _ = policy.policy_model(run.model, str(ckpt), mesh, rules, seed=run.seed)
     r = run.rollout
-    engine, sync = rollout.build_engine(r, model, tok, seed=run.seed, version=0,
-                                        sync_dir="" if r.colocated else paths.local("weight_sync_eval"))
+    engine, sync = rollout.build_engine(r, model, tok, seed=run.seed, version=0, platform=run.mesh.platform,
+                                        name=f"{run.name}-eval")
     if not r.colocated:
         sync(model, 0)
     return ModelEngineer(engine, tok, name=which, temperature=0.0, top_p=1.0,

@@ -51,7 +51,8 @@ from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness_r1 import dataset as dataset_lib
 from harness_jax.harness_r1.baseline import BaselineCache, EnvRef
 from harness_jax.harness_r1.engineers import PromptEngineer, RuleBasedEngineer
-from harness_jax.harness_r1.packets import PacketDataset, build_packet_dataset
+from harness_jax.harness_r1 import packets as packets_lib
+from harness_jax.harness_r1.packets import PacketDataset
 from harness_jax.harness_r1.pool import EvaluationPool
 from harness_jax.harness_r1.baseline import run_sync
 from harness_jax.harness_r1.prompt import engineer_prompt_ids, engineer_prompt_text, system_prompt
@@ -155,7 +156,7 @@ def stage_packets(run, r1, paths: EngineerPaths, stages: Stages, target, tok,
 
     def build():
         try:
-            build_packet_dataset(target, env, harness, paths.packets, batches=packet_batches(r1),
+            packets_lib.build_packet_dataset(target, env, harness, paths.packets, batches=packet_batches(r1),
                                  batch_size=int(p.batch_size), budget_tokens=int(p.budget_tokens),
                                  n_per_task=int(p.n_per_task), seed=int(p.seed),
                                  cache=BaselineCache(paths.baseline_cache(p)), tokenizer=tok,

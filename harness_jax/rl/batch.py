@@ -9,9 +9,11 @@ number of distinct shapes (compilations) to ``len(buckets)``.
 
 Nothing is truncated silently: a segment longer than the largest bucket is split at an
 assistant-turn boundary (``TokenSegment.turn_starts``) when ``overlong="split"`` and it can be,
-otherwise dropped; both are counted in ``PackStats``. A split piece loses the context before
-its turn, so its trainer log-probs differ from the rollout's; the importance weight accounts
-for that mismatch, and ``overlong="drop"`` avoids it.
+otherwise dropped; both are counted in ``PackStats``. Consecutive pieces share the turn's first
+sampled token (the earlier piece's last target, the later piece's first input), so every
+sampled token is trained exactly once. A split piece loses the context before its turn, so its
+trainer log-probs differ from the rollout's; the importance weight accounts for that mismatch,
+and ``overlong="drop"`` avoids it.
 """
 from __future__ import annotations
 
@@ -86,6 +88,7 @@ class PackConfig:
     row_multiple: int = 1               # pad the row count to a multiple (minibatches*micro*dp)
     min_rows: int = 0                   # pad to at least this many rows
     pad_id: int = 0
+    round_rows: bool = False            # pad the row count up to a row bucket (``row_bucket``)
 
     def __post_init__(self):
         if not self.buckets or any(b < 1 for b in self.buckets):
@@ -97,19 +100,37 @@ class PackConfig:
             raise ValueError(f"PackConfig.row_multiple: {self.row_multiple} must be >= 1")
 
 
+def row_bucket(n: int) -> int:
+    """The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (``2^k`` and ``3 * 2^(k-1)``) that is
+    >= ``n``: with ``PackConfig.round_rows`` a batch's row count (in units of ``row_multiple``)
+    is one of these, so the learner compiles one step per bucket (a logarithmic number) instead
+    of one per distinct row count, and pads at most a third of the rows."""
+    p = 1
+    while True:
+        for b in ((p, p * 3 // 2) if p >= 2 else (p,)):
+            if b >= n:
+                return b
+        p *= 2
+
+
 def _split_points(seg: TokenSegment, cap: int) -> Optional[list[tuple[int, int]]]:
-    """Token ranges [a, b) with b - a - 1 <= cap, cut only at turn starts; None if impossible."""
+    """Token ranges [a, b) with b - a - 1 <= cap, cut only at turn starts; None if impossible.
+
+    A cut at turn start ``c`` makes two pieces ``[a, c + 1)`` and ``[c, b)``: they share token
+    ``c``, the turn's first sampled token, which is the last *target* of the first piece (scored
+    with the context before it) and only an *input* of the second, whose targets begin at
+    ``c + 1``. Every token after the first is thus a target exactly once."""
     n = len(seg.token_ids)
-    cuts = sorted({t for t in seg.turn_starts if 0 < t < n})
+    cuts = sorted({t for t in seg.turn_starts if 0 < t < n - 1})
     pieces, a = [], 0
     while n - a - 1 > cap:
-        # the piece [a, b) needs b - a - 1 <= cap; cut at the furthest turn start that fits.
-        ok = [c for c in cuts if a < c <= a + cap + 1]
+        # the piece [a, c + 1) needs c - a <= cap; cut at the furthest turn start that fits.
+        ok = [c for c in cuts if a < c <= a + cap]
         if not ok:
             return None
-        b = ok[-1]
-        pieces.append((a, b))
-        a = b
+        c = ok[-1]
+        pieces.append((a, c + 1))
+        a = c
     pieces.append((a, n))
     return pieces
 
@@ -151,7 +172,8 @@ def pack_segments(segments: Sequence[TokenSegment], cfg: PackConfig = PackConfig
     longest = max(fill, default=1)
     T = next(b for b in cfg.buckets if b >= longest)
     n_rows = max(len(rows), cfg.min_rows, 1)
-    n_rows = -(-n_rows // cfg.row_multiple) * cfg.row_multiple
+    units = -(-n_rows // cfg.row_multiple)
+    n_rows = (row_bucket(units) if cfg.round_rows else units) * cfg.row_multiple
 
     arr = {
         "input_ids": np.full((n_rows, T), cfg.pad_id, np.int32),

@@ -40,7 +40,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from harness_jax import sharding as hsharding
 from harness_jax.rl import losses, perf
 from harness_jax.rl.batch import TrainBatch
-from harness_jax.rl.logprobs import token_logprobs
+from harness_jax.rl.logprobs import logprobs_from_hidden, token_logprobs
 
 
 
@@ -92,6 +92,9 @@ class LearnerConfig:
     temperature: float = 1.0                   # the rollout engine's sampling temperature
     logit_chunk: int = 512                     # positions per LM-head chunk (0 = all at once)
     compute_entropy: bool = False              # log entropy (costs one more pass over the vocab)
+    router_aux_coef: float = 0.0               # MoE: coefficient of the router load-balancing loss (rl.losses.load_balancing_loss); its metrics are logged either way
+    reference_kl: bool = False                 # keep the starting policy to log the KL to it (kl_to_ref)
+    skip_no_signal: bool = True                # no optimizer step on a batch whose advantages are all 0
     peak_flops_per_device: float = 0.0         # for MFU; 0 = not reported
     seed: int = 0
 
@@ -225,6 +228,7 @@ class Learner:
                      jax.tree.map(lambda x: put_global(x, self.replicated), rest))
         n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.to_pure_dict(params_state)))
         self.num_params = int(n_params)
+        self.is_moe = bool(getattr(getattr(model, "config", None), "is_moe", False))
         self.flops_per_token = flops_per_token or perf.flops_per_token_fn(
             getattr(model, "config", None), self.num_params)
         self.policy_version = 0
@@ -242,7 +246,7 @@ class Learner:
 
         self._copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=self.param_sharding)
         self.ref_params = None
-        if cfg.mode == "grpo" and cfg.loss.kl_coef > 0:
+        if cfg.mode == "grpo" and (cfg.loss.kl_coef > 0 or cfg.reference_kl):
             self.ref_params = (params_abs if abstract else self._copy_params(self.state["params"]))
 
         self._train_step = jax.jit(self._step, in_shardings=(self.state_sharding, self.batch_sharding),
@@ -318,6 +322,19 @@ class Learner:
                               positions_BT=mb["positions"], temperature=self.cfg.temperature,
                               chunk_size=self.cfg.logit_chunk, with_entropy=with_entropy)
 
+    def _logp_and_router(self, params, mb, with_entropy=False):
+        """``(logp, entropy, router stats)``; the stats only for MoE models (None otherwise), with
+        padding (segment id 0) left out of them."""
+        model = self.model(params)
+        if not self.is_moe:
+            return (*self._logp(params, mb, with_entropy), None)
+        hidden, stats = model.hidden_states_with_router_stats(mb["input_ids"], segment_ids=mb["segment_ids"],
+                                                              positions=mb["positions"],
+                                                              token_mask=mb["segment_ids"] > 0)
+        logp, ent = logprobs_from_hidden(model.lm_logits, hidden, mb["target_ids"], temperature=self.cfg.temperature,
+                                         chunk_size=self.cfg.logit_chunk, with_entropy=with_entropy)
+        return logp, ent, stats
+
     def _micro(self, x, M):
         """[R, ...] -> [M, R/M, ...], micro-batch m = rows m, M+m, ... (keeps rows spread
         over the data-parallel devices)."""
@@ -340,7 +357,8 @@ class Learner:
     def _loss(self, params, mb, denom, cfg: Optional[LearnerConfig] = None):
         """Micro-batch loss (its sum over the global denominator) and metric terms."""
         cfg = self.cfg if cfg is None else cfg
-        logp_BT, ent_BT = self._logp(params, mb, with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
+        logp_BT, ent_BT, router = self._logp_and_router(params, mb,
+                                                         with_entropy=cfg.compute_entropy or cfg.loss.entropy_coef > 0)
         if cfg.mode == "sft":
             mask = mb["loss_mask"]
             # the aggregation decides how tokens are weighted (token_mean: each batch's token
@@ -356,7 +374,12 @@ class Learner:
                 logp_BT, mb["old_logp"], mb["rollout_logp"], mb["advantages"], mb["loss_mask"], cfg.loss,
                 segment_ids_BT=mb["segment_ids"], ref_logp_BT=mb.get("ref_logp"), entropy_BT=ent_BT,
                 denom=denom)
-        return s / denom, m
+        loss = s / denom
+        if router is not None:   # MoE: the micro-batch's load-balancing loss, averaged over micro-batches
+            lb, rm = losses.router_terms(router.counts_X, router.probs_X, router.tokens, router.dropped)
+            loss = loss + cfg.router_aux_coef * lb / cfg.num_micro_batches
+            m.update(rm)
+        return loss, m
 
     def _denominator(self, batch):
         _, d = losses.token_weights(batch["loss_mask"], batch["segment_ids"], agg=self.cfg.loss.agg,
@@ -404,6 +427,7 @@ class Learner:
             param_rms=jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves) / n),
             update_rms=jnp.sqrt(sum(jnp.sum(jnp.square(u.astype(jnp.float32))) for u in jax.tree.leaves(updates)) / n),
             loss_tokens=jnp.sum(batch["loss_mask"]), tokens=jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32)))
+        metrics["update_ratio"] = metrics["update_rms"] / jnp.maximum(metrics["param_rms"], 1e-30)
         new_state = {"params": new_params, "opt_state": opt_state, "step": state["step"] + 1, "rng": state["rng"]}
         return new_state, metrics
 
@@ -461,18 +485,29 @@ class Learner:
     def update(self, batch: TrainBatch) -> list[dict]:
         """Consume one rollout batch: old-logp recompute, then epochs x mini-batches of steps.
 
-        Returns one metrics dict per optimizer step (prefix-free names; see docs/rl.md).
+        Returns one metrics dict per optimizer step (prefix-free names; see docs/rl.md;
+        ``summarize_update`` pools them). A GRPO batch without signal (every advantage of its
+        loss tokens exactly 0) makes no optimizer step (``cfg.skip_no_signal``) and returns
+        ``[]``: its gradient would be zero, yet AdamW's momentum would still move the weights.
+        ``policy_version`` counts the batch either way. With a reference (a KL term or
+        ``cfg.reference_kl``) each step also reports ``kl_to_ref``, the k3 estimate of
+        KL(policy that sampled the batch || reference) on the batch's loss tokens.
         """
         cfg = self.cfg
         self._require_concrete("update")
         self._check_batch(batch)
         arrays = dict(batch.arrays())
+        if cfg.mode == "grpo" and cfg.skip_no_signal and not has_signal(arrays["advantages"], arrays["loss_mask"]):
+            self.policy_version += 1
+            return []
         t0 = time.perf_counter()
+        extra = {}
         if cfg.mode == "grpo":
             arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
                                   else arrays["rollout_logp"].copy())
             if self.ref_params is not None:
                 arrays["ref_logp"] = self.compute_logp(batch, self.ref_params)
+                extra["kl_to_ref"] = masked_k3(arrays["ref_logp"], arrays["old_logp"], arrays["loss_mask"])
         else:
             arrays["old_logp"] = np.zeros_like(arrays["rollout_logp"])
         recompute_s = time.perf_counter() - t0
@@ -492,6 +527,7 @@ class Learner:
                 m = self.train_step({n: v[idx] for n, v in arrays.items()})
                 m["logp_recompute_s"] = recompute_s
                 m["policy_version"] = self.policy_version
+                m.update(extra)
                 out.append(m)
         self.policy_version += 1
         return out
@@ -502,6 +538,59 @@ class Learner:
 
     def params_numpy(self) -> dict:
         return jax.tree.map(fetch, self.state["params"])
+
+
+def has_signal(advantages_BT, loss_mask_BT) -> bool:
+    """Whether any loss token of a packed batch carries a non-zero advantage."""
+    return bool(np.any(np.asarray(advantages_BT)[np.asarray(loss_mask_BT) > 0] != 0))
+
+
+def masked_k3(ref_logp_BT, logp_BT, mask_BT) -> float:
+    """Mean over the mask of the k3 estimator of KL(pi || ref) on tokens sampled from pi:
+    ``exp(d) - 1 - d`` with ``d = ref_logp - logp`` (non-negative, unbiased)."""
+    m = np.asarray(mask_BT) > 0
+    if not m.any():
+        return 0.0
+    d = np.clip(np.asarray(ref_logp_BT, np.float64)[m] - np.asarray(logp_BT, np.float64)[m],
+                -losses.LOG_RATIO_CLIP, losses.LOG_RATIO_CLIP)
+    return float(np.mean(np.exp(d) - 1.0 - d))
+
+
+# how summarize_update pools per-step metrics: sums, means over optimizer steps, batch-level
+# values taken once; "max/" and "min/" names are extrema; every other metric is a mean over
+# loss tokens, so it is pooled weighted by each step's loss tokens
+_SUMMED = ("tokens", "loss_tokens", "model_flops", "step_time_s")
+_STEP_MEANS = ("loss", "grad_norm", "learning_rate", "param_rms", "update_rms", "update_ratio", "mfu")
+_ONCE = ("logp_recompute_s", "policy_version", "kl_to_ref")
+
+
+def summarize_update(steps: list[dict]) -> dict:
+    """One rollout batch's metrics from ``Learner.update``'s per-step dicts, pooled over every
+    mini-batch and epoch (not the last step's): token-weighted means of the loss metrics
+    (ratio, clip fractions, KL, entropy, ...), extrema over steps, sums of tokens/time/FLOPs,
+    means over steps of loss, gradient norm and update size (plus ``max/grad_norm``),
+    ``optimizer_steps``. ``[]`` (a batch without signal) gives ``skipped_no_signal = 1``."""
+    if not steps:
+        return {"optimizer_steps": 0.0, "skipped_no_signal": 1.0}
+    out = {"optimizer_steps": float(len(steps)), "skipped_no_signal": 0.0,
+           "max/grad_norm": max(float(m["grad_norm"]) for m in steps)}
+    w = np.asarray([float(m.get("loss_tokens", 0.0)) for m in steps])
+    for k in steps[0]:
+        vals = np.asarray([float(m[k]) for m in steps])
+        if k in _SUMMED:
+            out[k] = float(vals.sum())
+        elif k in _ONCE:
+            out[k] = float(vals[0])
+        elif k.startswith("max/"):
+            out[k] = float(vals.max())
+        elif k.startswith("min/"):
+            out[k] = float(vals.min())
+        elif k in _STEP_MEANS or w.sum() <= 0:
+            out[k] = float(vals.mean())
+        else:
+            out[k] = float(np.sum(vals * w) / w.sum())
+    out["tokens_per_s"] = out.get("tokens", 0.0) / max(out.get("step_time_s", 0.0), 1e-9)
+    return out
 
 
 def required_row_multiple(cfg: LearnerConfig, mesh: Mesh, rules=None) -> int:

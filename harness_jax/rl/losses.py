@@ -258,6 +258,7 @@ class PolicyLossConfig:
     kl_type: str = "k3"
     kl_clamp: Optional[float] = 10.0
     entropy_coef: float = 0.0
+    neg_adv_weight: float = 1.0            # negative advantages are multiplied by this (1 = plain GRPO)
 
     def __post_init__(self):
         def bad(f, m):
@@ -282,6 +283,8 @@ class PolicyLossConfig:
             bad("tis_low", f"[{self.tis_low}, {self.tis_high}] must satisfy 0 <= tis_low <= tis_high")
         if self.norm_constant <= 0:
             bad("norm_constant", f"{self.norm_constant} must be > 0")
+        if not 0 <= self.neg_adv_weight <= 1:
+            bad("neg_adv_weight", f"{self.neg_adv_weight} must be in [0, 1] (1 = plain GRPO)")
 
 
 def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg: PolicyLossConfig,
@@ -299,6 +302,8 @@ def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg
     adv = jnp.asarray(adv_B, f32)
     adv_BT = adv[:, None] if adv.ndim == 1 else adv
     adv_BT = jnp.broadcast_to(adv_BT, mask_BT.shape)
+    if cfg.neg_adv_weight != 1.0:           # damp the failure side of the gradient
+        adv_BT = jnp.where(adv_BT < 0, cfg.neg_adv_weight * adv_BT, adv_BT)
 
     log_ratio_BT = logp_BT - old_logp_BT
     ratio_BT = _exp_clipped(log_ratio_BT)
@@ -391,6 +396,34 @@ def sft_loss_terms(logp_BT, mask_BT, *, denom=None):
 def sft_loss(logp_BT, mask_BT):
     s, d = sft_loss_terms(logp_BT, mask_BT)
     return safe_div(s, d)
+
+
+# ----------------------------------------------------------------------------------------------
+# MoE router load balancing
+# ----------------------------------------------------------------------------------------------
+def load_balancing_loss(counts_X, probs_X, rows):
+    """Qwen3.5-MoE's auxiliary loss (Switch Transformer; transformers' ``load_balancing_loss_func``):
+    ``X * sum_x (assignments_x / rows) * (router probability mass_x / rows)``, where the sums run
+    over the valid tokens of every MoE layer and ``rows`` counts (token, layer) pairs. Equals
+    ``top_k`` when every expert gets the same share of assignments and probability."""
+    rows = jnp.maximum(jnp.asarray(rows, jnp.float32), 1.0)
+    X = counts_X.shape[-1]
+    return X * jnp.sum((counts_X / rows) * (probs_X / rows))
+
+
+def router_terms(counts_X, probs_X, rows, dropped):
+    """``(load-balancing loss, metrics)`` of one micro-batch's router statistics (``moe.MoeStats``
+    fields): the loss as a (sum, count) mean over micro-batches, the fraction of routed rows the
+    expert capacity dropped, and the most loaded expert's share over the mean share."""
+    lb = load_balancing_loss(counts_X, probs_X, rows)
+    routed = jnp.sum(counts_X)
+    sg = jax.lax.stop_gradient
+    m: Metrics = {
+        "moe/load_balancing_loss": (sg(lb), jnp.ones((), jnp.float32)),
+        "moe/dropped_frac": (sg(dropped), routed),
+        "max/moe/expert_load": sg(jnp.max(counts_X) / jnp.maximum(jnp.mean(counts_X), 1e-12)),
+    }
+    return lb, m
 
 
 # ----------------------------------------------------------------------------------------------

@@ -27,11 +27,11 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}   # model, parameter
 def runtime_overrides(model) -> dict:
     """The runtime knobs of the model config that come from the ``model`` section (with or
     without hf_path): rematerialisation, layer scanning, the attention implementation and its
-    tiles, and the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory
-    plan)."""
+    tiles, the dtype gradients of FSDP-gathered weights are reduce-scattered in (the memory
+    plan), and the set kernel choices of ``model.arch`` (Gated DeltaNet, MoE)."""
     return dict(remat=model.remat, scan_layers=bool(model.scan_layers), attention_impl=model.attention,
                 attention_block_q=int(model.attention_block_q), attention_block_kv=int(model.attention_block_kv),
-                reduce_scatter_dtype=model.reduce_scatter_dtype)
+                reduce_scatter_dtype=model.reduce_scatter_dtype, **model.arch.kernels())
 
 
 def model_config(model):
@@ -57,11 +57,8 @@ def make_mesh(mesh, devices=None):
     return sharding.make_mesh(tuple(mesh.shape), tuple(mesh.axes), devices=list(devices))
 
 
-def _model_kwargs(model, cfg, mesh):
-    kw = dict(dtype=DTYPES[model.dtype], param_dtype=DTYPES[model.param_dtype])
-    if cfg.is_moe:   # the sorted MoE path does not partition over a multi-device mesh (docs/model.md)
-        kw["moe_impl"] = "dense" if mesh.size > 1 else "sorted"
-    return kw
+def _model_kwargs(model):
+    return dict(dtype=DTYPES[model.dtype], param_dtype=DTYPES[model.param_dtype])
 
 
 def abstract_model(model, mesh, cfg=None, rules=None):
@@ -69,7 +66,7 @@ def abstract_model(model, mesh, cfg=None, rules=None):
     (activations pinned to batch sharding, weights gathered per layer in the compute dtype);
     ``rules`` default to ``sharding.TRAIN_RULES``."""
     cfg = model_config(model) if cfg is None else cfg
-    kw = _model_kwargs(model, cfg, mesh)
+    kw = _model_kwargs(model)
     abstract = nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0), **kw))
     return abstract.set_mesh(mesh, sharding.TRAIN_RULES if rules is None else rules)
 
@@ -82,19 +79,17 @@ def build_model(model, mesh, rules, cfg=None, *, seed: int = 0):
     if model.hf_path:
         return load_hf_model(model, model.hf_path, mesh, rules)
     cfg = model_config(model) if cfg is None else cfg
-    kw = _model_kwargs(model, cfg, mesh)
+    kw = _model_kwargs(model)
     built = sharding.init_sharded(lambda: qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(seed), **kw), mesh, rules)
-    return built.set_mesh(mesh, rules)
+    return built.set_mesh(mesh, rules)   # as load_hf does: block-boundary batch sharding, MoE expert parallelism
 
 
 def load_hf_model(model, path, mesh, rules):
     """A Hugging Face checkpoint with the section's dtypes and runtime knobs
     (``runtime_overrides``), loaded shard by shard straight onto ``mesh`` with the rules' shardings."""
     logging.info("loading policy weights from %s", path)
-    cfg = qwen3_5.Qwen3_5Config.from_hf(str(path))
     return qwen3_5.load_hf(str(path), dtype=model.dtype, param_dtype=model.param_dtype, mesh=mesh, rules=rules,
-                           config_overrides=runtime_overrides(model),
-                           moe_impl=_model_kwargs(model, cfg, mesh).get("moe_impl"))
+                           config_overrides=runtime_overrides(model))
 
 
 def policy_model(model, checkpoint: str, mesh, rules, *, seed: int = 0, cfg=None):

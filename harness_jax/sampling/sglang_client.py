@@ -13,10 +13,12 @@ What it guarantees (see ``shared/notes/sglang_api.md``):
   * an aborted request (pause for a weight sync, or an abort we did not ask for) is resumed by
     appending its partial tokens to the prompt and lowering ``max_new_tokens``; per-token weight
     versions are kept; an abort asked for with ``abort()`` is returned as is;
-  * weight sync from disk: pause -> flush_cache (retry until idle) -> [begin_weight_update] ->
-    update_weights_from_disk(weight_version) -> [end_weight_update] -> continue, on every server,
-    optional endpoints feature-probed (404 = older server), the version verified afterwards and
-    every phase timed.
+  * weight sync (``sglang_sync.WeightSyncer``): pause -> flush_cache (retry until idle) ->
+    [begin_weight_update] -> the update (a bf16 export to a memory-backed dir and
+    ``update_weights_from_disk``, or ``update_weights_from_distributed`` broadcasts, or
+    ``update_weights_from_tensor``) -> [end_weight_update] -> continue, on every server, optional
+    endpoints feature-probed (404 = older server, falling back to disk), the version verified
+    afterwards and every phase timed.
 """
 from __future__ import annotations
 
@@ -27,36 +29,16 @@ import logging
 import time
 from typing import Any, Optional, Sequence
 
+from harness_jax.sampling.errors import SGLangError, SGLangProtocolError, SGLangRequestError, SGLangServerError
 from harness_jax.sampling.http_util import HttpResponse, TransportError, http_json
+from harness_jax.sampling.sglang_sync import WeightSyncer, WeightSyncReport
 from harness_jax.sampling.types import (FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerateRequest,
                                         GenerateResult, RolloutEngine, SamplingParams)
-from harness_jax.models import qwen3_5
 
 log = logging.getLogger(__name__)
 
-
-class SGLangError(RuntimeError):
-    """Base class of client errors."""
-
-
-class SGLangServerError(SGLangError):
-    """Server unreachable / failing after the bounded retries."""
-
-
-class SGLangRequestError(SGLangError):
-    """The server rejected the request (4xx); not retried."""
-
-
-class SGLangProtocolError(SGLangError):
-    """The server answered with a body that is not a valid SGLang response."""
-
-
-@dataclasses.dataclass
-class WeightSyncReport:
-    weight_version: str
-    export_s: float = 0.0
-    total_s: float = 0.0
-    per_server: dict = dataclasses.field(default_factory=dict)   # url -> {phase: seconds, ...}
+__all__ = ["SGLangClient", "WeightSyncReport", "SGLangError", "SGLangServerError", "SGLangRequestError",
+           "SGLangProtocolError", "parse_generate_response", "sampling_params_body"]
 
 
 def _parse_version(v: Any) -> int:
@@ -145,12 +127,18 @@ class SGLangClient(RolloutEngine):
       resume_aborted: resume requests aborted by the server (weight sync, pause) by appending
         their partial tokens; at most ``max_resumes`` times.
       flush_retries / flush_interval_s: how long weight sync waits for a server to go idle.
+      sync_method / sync_dtype / sync_bucket_bytes / group_backend / group_address: the weight
+        sync transport (``sglang_sync.WeightSyncer``): "disk" (default), "distributed" or
+        "tensor", the dtype of the matrices sent, the bucket size, and the weights update
+        group's torch backend and the trainer address servers join it at.
     """
 
     def __init__(self, urls: Sequence[str] | str, *, max_concurrency: int = 64, timeout_s: float = 600.0,
                  connect_timeout_s: float = 10.0, max_retries: int = 3, backoff_s: float = 0.5,
                  resume_aborted: bool = True, max_resumes: int = 16, flush_retries: int = 60,
-                 flush_interval_s: float = 1.0, weight_version: int = 0):
+                 flush_interval_s: float = 1.0, weight_version: int = 0, sync_method: str = "disk",
+                 sync_dtype: str = "bfloat16", sync_bucket_bytes: int = 512 << 20, group_backend: str = "gloo",
+                 group_address: str = "127.0.0.1"):
         urls = [urls] if isinstance(urls, str) else list(urls)
         if not urls:
             raise ValueError("SGLangClient.urls: give at least one server URL")
@@ -178,6 +166,7 @@ class SGLangClient(RolloutEngine):
         self._sem_loop = None
         self._unpaused_flag = True       # False while a weight sync runs (new calls wait)
         self.last_sync: Optional[WeightSyncReport] = None
+        self.syncer = WeightSyncer(self, sync_method, sync_dtype, sync_bucket_bytes, group_backend, group_address)
 
     # -------------------------------------------------------------------------- plumbing
     @property
@@ -190,8 +179,8 @@ class SGLangClient(RolloutEngine):
             self._sem, self._sem_loop = asyncio.Semaphore(self.max_concurrency), loop
         return self._sem
 
-    async def _call(self, method: str, url: str, body: Any = None, timeout: Optional[float] = None,
-                    headers: Optional[dict] = None) -> HttpResponse:
+    async def call(self, method: str, url: str, body: Any = None, timeout: Optional[float] = None,
+                   headers: Optional[dict] = None) -> HttpResponse:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             self._pool, lambda: http_json(method, url, body, timeout or self.connect_timeout_s, headers))
@@ -228,7 +217,7 @@ class SGLangClient(RolloutEngine):
             try:
                 # behind an sglang router (consistent_hashing), the episode keeps its worker too
                 hdrs = {"X-SMG-Routing-Key": request.episode_id} if request.episode_id else None
-                resp = await self._call("POST", url + "/generate", body, timeout=self.timeout_s, headers=hdrs)
+                resp = await self.call("POST", url + "/generate", body, timeout=self.timeout_s, headers=hdrs)
             except TransportError as e:
                 last_err = e
                 if len(self.urls) > 1:
@@ -313,7 +302,7 @@ class SGLangClient(RolloutEngine):
     # ------------------------------------------------------------------------- control
     async def _abort_on(self, url: str, rid: Optional[str], abort_all: bool = False) -> None:
         try:
-            await self._call("POST", url + "/abort_request", {"rid": rid or "", "abort_all": abort_all})
+            await self.call("POST", url + "/abort_request", {"rid": rid or "", "abort_all": abort_all})
         except TransportError as e:
             log.warning("abort on %s failed: %s", url, e)
 
@@ -331,7 +320,7 @@ class SGLangClient(RolloutEngine):
     async def health(self) -> dict[str, bool]:
         async def one(u):
             try:
-                return (await self._call("GET", u + "/health")).status == 200
+                return (await self.call("GET", u + "/health")).status == 200
             except TransportError:
                 return False
         oks = await asyncio.gather(*(one(u) for u in self.urls))
@@ -351,7 +340,7 @@ class SGLangClient(RolloutEngine):
     async def model_info(self, url: Optional[str] = None) -> dict:
         url = url or self.urls[0]
         for path in ("/model_info", "/get_model_info"):   # older servers: get_model_info only
-            r = await self._call("GET", url + path)
+            r = await self.call("GET", url + path)
             if r.status == 200 and isinstance(r.json, dict):
                 return r.json
             if r.status != 404:
@@ -359,83 +348,47 @@ class SGLangClient(RolloutEngine):
         raise SGLangProtocolError(f"{url}: /model_info failed (HTTP {r.status}): {r.text[:200]}")
 
     # ---------------------------------------------------------------------- weight sync
-    async def _post_ok(self, url: str, path: str, body: Any, *, optional: bool = False,
-                       timeout: Optional[float] = None) -> bool:
+    async def post_ok(self, url: str, path: str, body: Any, *, optional: bool = False,
+                      timeout: Optional[float] = None) -> bool:
         """POST expecting 200; returns False on 404 when ``optional`` (older server)."""
-        r = await self._call("POST", url + path, body, timeout=timeout)
+        r = await self.call("POST", url + path, body, timeout=timeout)
         if r.status == 404 and optional:
             return False
         if r.status != 200 or (isinstance(r.json, dict) and r.json.get("success") is False):
             raise SGLangServerError(f"{url}{path} failed (HTTP {r.status}): {r.text[:500]}")
         return True
 
-    async def _sync_one(self, url: str, model_path: str, version: str, pause_mode: str) -> dict:
-        t = {}
-        t0 = time.perf_counter()
-        paused = await self._post_ok(url, "/pause_generation", {"mode": pause_mode}, optional=True)
-        t["pause_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for i in range(self.flush_retries):
-            r = await self._call("POST", url + "/flush_cache")
-            if r.status == 200:
-                break
-            await asyncio.sleep(self.flush_interval_s)
-        else:
-            raise SGLangServerError(f"{url}/flush_cache still busy after {self.flush_retries} tries "
-                                    f"(last HTTP {r.status}); pause with mode='abort' or 'retract'")
-        t["flush_s"] = time.perf_counter() - t0
-        t["flush_tries"] = i + 1
-        t0 = time.perf_counter()
-        begun = await self._post_ok(url, "/begin_weight_update", {}, optional=True)
-        await self._post_ok(url, "/update_weights_from_disk",
-                            {"model_path": model_path, "weight_version": version, "flush_cache": True,
-                             "abort_all_requests": False}, timeout=self.timeout_s)
-        if begun:
-            await self._post_ok(url, "/end_weight_update", {}, optional=True)
-        t["update_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        if paused:
-            await self._post_ok(url, "/continue_generation", {})
-        t["continue_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        info = await self.model_info(url)
-        if str(info.get("weight_version")) != version:
-            raise SGLangServerError(f"{url}: weight_version is {info.get('weight_version')!r} after the "
-                                    f"update, expected {version!r}")
-        t["verify_s"] = time.perf_counter() - t0
-        t["paused"], t["begin_end"] = paused, begun
-        return t
+    def set_paused(self, paused: bool) -> None:
+        """While a sync runs new ``generate`` calls wait (requests it aborts resume after)."""
+        self._unpaused_flag = not paused
+
+    def _next_version(self, weight_version: Optional[int]) -> str:
+        return str(self._version + 1 if weight_version is None else int(weight_version))
 
     async def update_weights_from_disk(self, model_path: str, weight_version: Optional[int] = None,
                                        pause_mode: str = "abort") -> WeightSyncReport:
-        """Runs the sync protocol on every server; requests aborted by the pause resume after."""
+        """Runs the sync protocol with ``update_weights_from_disk`` of ``model_path`` on every
+        server; requests aborted by the pause resume after."""
         if pause_mode not in ("abort", "retract", "in_place"):
             raise ValueError(f"pause_mode {pause_mode!r}: use 'abort', 'retract' or 'in_place'")
-        version = self._version + 1 if weight_version is None else int(weight_version)
-        t0 = time.perf_counter()
-        self._unpaused_flag = False
-        try:
-            results = await asyncio.gather(*(self._sync_one(u, model_path, str(version), pause_mode)
-                                             for u in self.urls))
-        finally:
-            self._unpaused_flag = True
-        self._version = version
-        rep = WeightSyncReport(weight_version=str(version), total_s=time.perf_counter() - t0,
-                               per_server=dict(zip(self.urls, results)))
-        self.last_sync = rep
+        version = self._next_version(weight_version)
+        rep = await self.syncer.update_from_disk(model_path, version, pause_mode)
+        self._version, self.last_sync = int(version), rep
         return rep
 
-    async def sync_model(self, model, out_dir: str, weight_version: Optional[int] = None,
-                         pause_mode: str = "abort") -> WeightSyncReport:
-        """Exports an nnx model with ``qwen3_5.save_hf`` to ``out_dir`` (a path every server can
-        read), then runs ``update_weights_from_disk``. Reports the export time too."""
-        t0 = time.perf_counter()
-        await asyncio.get_running_loop().run_in_executor(None, qwen3_5.save_hf, model, out_dir)
-        export_s = time.perf_counter() - t0
-        rep = await self.update_weights_from_disk(out_dir, weight_version, pause_mode)
-        rep.export_s = export_s
-        rep.total_s += export_s
+    async def sync_model(self, model, out_dir: Optional[str] = None, weight_version: Optional[int] = None,
+                         pause_mode: str = "abort", method: Optional[str] = None) -> WeightSyncReport:
+        """Sends an nnx model's weights to every server by ``method`` (default the client's
+        ``sync_method``): the matrices cast to ``sync_dtype`` on device, then a disk export to
+        ``out_dir`` (default: a memory-backed dir, ``weight_sync.default_sync_dir``), or
+        broadcasts / serialized tensors, falling back to disk when the servers lack them."""
+        if pause_mode not in ("abort", "retract", "in_place"):
+            raise ValueError(f"pause_mode {pause_mode!r}: use 'abort', 'retract' or 'in_place'")
+        version = self._next_version(weight_version)
+        rep = await self.syncer.sync_model(model, out_dir, version, pause_mode, method)
+        self._version, self.last_sync = int(version), rep
         return rep
 
     def close(self) -> None:
+        self.syncer.close()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -110,12 +110,13 @@ def _value_text(v: Any) -> str:
     return str(v)
 
 
-def _short_keys(keys: Sequence[str]) -> dict:
-    """The shortest dotted suffix of each key that is unique among ``keys``."""
+def short_keys(keys: Sequence[str], min_parts: int = 1) -> dict:
+    """The shortest dotted suffix of each key (of at least ``min_parts`` parts, or the whole key
+    when it has fewer) that is unique among ``keys``."""
     out = {}
     for k in keys:
         parts = k.split(".")
-        for n in range(1, len(parts) + 1):
+        for n in range(min(min_parts, len(parts)), len(parts) + 1):
             cand = ".".join(parts[-n:])
             if all(o == k or not (o == cand or o.endswith("." + cand)) for o in keys):
                 out[k] = cand
@@ -134,7 +135,7 @@ def run_names(runs: Sequence[Mapping[str, Any]]) -> list[str]:
     if len(runs) > 1:  # a path set to one value in every run tells no run apart
         keys = [k for k in keys if not all(k in r and canonical({k: r[k]}) == canonical({k: runs[0][k]})
                                            for r in runs)] or keys
-    short = _short_keys(all_keys)  # unambiguous among every path the sweep sets
+    short = short_keys(all_keys)  # unambiguous among every path the sweep sets
     names = []
     for r in runs:
         parts = [f"{short[k]}={_value_text(r[k])}" for k in keys if k in r]

@@ -10,8 +10,10 @@ bars, a PNG.
   grain, ...) below ``level`` are dropped (``log.library_level``, WARNING by default); the
   project's own INFO lines stay. ``"INFO"`` (or ``"DEBUG"``) shows everything again.
 * ``step_line(step, total, metrics)``: one summary line per step: reward, success,
-  zero-variance fraction, rescue trigger/success rates (when rescue runs), the latest held-out
-  evaluation, step time.
+  zero-variance fraction, the learner's KL to the reference (the policy RL started from),
+  entropy, clip fraction and update-to-weight RMS ratio (pooled over the step's mini-batches;
+  or "no signal" when the batch made no optimizer step), rescue trigger/success rates (when
+  rescue runs), the latest held-out evaluation, step time.
 * ``plot_progress(workdir)``: ``<workdir>/progress.png`` from ``metrics.jsonl``: training
   success, held-out H0 success (Avg@k / success of each evaluation), zero-variance fraction
   before/after rescue, rescue trigger and success rates, over steps (matplotlib, Agg).
@@ -97,6 +99,14 @@ def step_line(step: int, total: int, m: dict, last_eval: Optional[dict] = None) 
              f"reward {m.get('rollout/reward_mean', 0.0):.3f}",
              f"success {m.get('rollout/success_rate', 0.0):.3f}",
              f"zero-var {m.get('groups/zero_variance_fraction', 0.0):.2f}"]
+    if m.get("learner/skipped_no_signal"):
+        parts.append("no signal: no optimizer step")
+    elif "learner/loss" in m:
+        learn = [f"KL(ref) {m['learner/kl_to_ref']:.2e}" if "learner/kl_to_ref" in m else "",
+                 f"entropy {m['learner/entropy']:.3f}" if "learner/entropy" in m else "",
+                 f"clip {m.get('learner/pg_clipfrac_low', 0.0) + m.get('learner/pg_clipfrac_high', 0.0):.3f}",
+                 f"upd/w {m.get('learner/update_ratio', 0.0):.1e}"]
+        parts.append(" ".join(x for x in learn if x))
     if "rescue/trigger_rate" in m:
         parts.append(f"rescue {m['rescue/trigger_rate']:.2f} (rescued {m.get('rescue/success_rate', 0.0):.2f}, "
                      f"zero-var before {m.get('rescue/zero_variance_before', 0.0):.2f})")

@@ -88,7 +88,6 @@ def build(run, workdir, *, devices: Optional[Sequence[Any]] = None,
     paths = RunPaths.of(workdir)
     paths.root.mkdir(parents=True, exist_ok=True)
     r, log = run.rollout, run.loop.log
-    sync_dir = "" if r.colocated else paths.local("weight_sync", r.sync_dir)
     store = rollout.open_store(paths.local("traces", log.traces_dir) if log.store_traces else None)
     tokenizer = rollout.load_tokenizer(run, paths.tokenizer)
     env_factory = builders.env_factory(run.env)
@@ -102,7 +101,8 @@ def build(run, workdir, *, devices: Optional[Sequence[Any]] = None,
             "model.arch.vocab_size", model_cfg.vocab_size, f"smaller than the tokenizer's {len(tokenizer)} tokens",
             f"set --config.model.arch.vocab_size >= {len(tokenizer)}")])
     engine, sync = rollout.build_engine(r, learner.model(learner.params_copy()) if r.colocated else None, tokenizer,
-                                        seed=run.seed, version=learner.policy_version, sync_dir=sync_dir)
+                                        seed=run.seed, version=learner.policy_version, platform=run.mesh.platform,
+                                        name=run.name)
     runner = rollout.EpisodeRunner(run.runner, engine, env_factory, tokenizer, store, backend=episode_workers)
     writer = MetricsWriter(paths.root, tensorboard=bool(log.tensorboard))
     return RunContext(spec=run, paths=paths, console=console, tokenizer=tokenizer, model_cfg=model_cfg,

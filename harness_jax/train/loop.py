@@ -44,6 +44,7 @@ from harness_jax.paths import is_local
 from harness_jax.rl import perf
 from harness_jax.rl.batch import pack_segments
 from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
+from harness_jax.rl.learner import summarize_update
 from harness_jax.rl.metrics import flatten
 from harness_jax.train import (builders, console, context, evaluation, groups as groups_lib, sft_warmstart,
                                telemetry, workdir as workdir_lib)
@@ -141,12 +142,13 @@ class Trainer:
         if segments:
             tb = pack_segments(segments, self.ctx.pack_config())
             t0 = time.perf_counter()
-            steps = learner.update(tb)
-            recompute_s = steps[0]["logp_recompute_s"]
+            steps = learner.update(tb)          # [] = no signal in the batch: no optimizer step
+            recompute_s = steps[0]["logp_recompute_s"] if steps else 0.0
             timer.add("logprob_recompute", recompute_s)
             timer.add("train", time.perf_counter() - t0 - recompute_s)
-            out.update({f"learner/{k}": float(v) for k, v in steps[-1].items()})
-            out.update(_throughput(steps, self.ctx.peak_flops, self.ctx.mesh.size))
+            out.update({f"learner/{k}": float(v) for k, v in summarize_update(steps).items()})
+            if steps:
+                out.update(_throughput(steps, self.ctx.peak_flops, self.ctx.mesh.size))
             out.update({f"pack/{k}": float(v) for k, v in tb.stats.as_dict().items()})
         else:
             learner.policy_version += 1   # an empty batch (all groups dropped) still advances
@@ -164,7 +166,8 @@ class Trainer:
         res = self.ext.first("evaluate", self.ctx, self.eval_tasks, tag)
         if res is None:
             res = evaluation.evaluate_tasks(self.ctx.runner, self.eval_tasks, self.ctx.harness, k=ev.k,
-                                            temperature=ev.temperature, tag=tag, console=self.ctx.console)
+                                            temperature=ev.temperature, tag=tag, console=self.ctx.console,
+                                            greedy=ev.greedy)
         res.update(step=self.step, tag=tag, time_s=time.perf_counter() - t0)
         self.history["eval"].append(res)
         self.ctx.writer.write(self.step, {f"eval/{k}": v for k, v in flatten(res).items()

@@ -3,10 +3,13 @@ the episode runner over the harness executor and the trajectory store.
 
 Weight sync (``build_engine`` returns the engine and a ``sync(model, version)``):
 * colocated (``JaxEngine``): the given model (the caller passes a copy of the learner's
-  parameters: the learner donates its state buffers every step) is installed in place;
-* disaggregated (``SGLangClient``): ``qwen3_5.save_hf`` export to ``<sync_dir>/v<version>``, then
-  pause -> flush -> ``update_weights_from_disk`` -> continue on every server; the previous export
-  is deleted once the servers have moved on.
+  parameters: the learner donates its state buffers every step) becomes the engine's serving
+  copy (compute dtype, ``rollout.serve_tensor_parallel`` layout; ``sampling.serving``);
+* disaggregated (``SGLangClient``): by ``rollout.sync_method``: a bf16 export to
+  ``<sync_dir>/v<version>`` (memory-backed by default) then pause -> flush ->
+  ``update_weights_from_disk`` -> continue on every server, or the distributed / tensor
+  transports (``sampling.sglang_sync``); the previous export is deleted once the servers have
+  moved on.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from harness_jax.harness import presets, sandbox, store as store_lib
 from harness_jax.harness.executor import Executor
 from harness_jax.harness.overlay import Overlay
 from harness_jax.harness.siblings import Sibling
-from harness_jax.sampling import JaxEngine, SGLangClient, tokenizer as tokenizer_lib
+from harness_jax.sampling import JaxEngine, SGLangClient, tokenizer as tokenizer_lib, weight_sync
 from harness_jax.rl import policy
 from harness_jax.train import task_tokenizer
 from harness_jax.train.groups import Episode
@@ -59,8 +62,9 @@ class ColocatedSync:
         self.last_s = time.perf_counter() - t0
 
 
-class DiskSync:
-    """Exports the policy as an HF directory and has every server load it."""
+class ServerSync:
+    """Sends the policy to every server (``SGLangClient.sync_model``: the configured transport, a
+    bf16 export to ``sync_dir`` when it is disk or the servers lack the others)."""
 
     def __init__(self, client, sync_dir: str):
         self.client = client
@@ -73,9 +77,9 @@ class DiskSync:
         out = os.path.join(self.sync_dir, f"v{int(version)}")
         rep = _run_coro(self.client.sync_model(model, out, weight_version=int(version)))
         self.last_report = rep
-        if self._prev and self._prev != out:
+        if rep.method == "disk" and self._prev and self._prev != out:
             shutil.rmtree(self._prev, ignore_errors=True)
-        self._prev = out
+        self._prev = out if rep.method == "disk" else self._prev
 
 
 def _run_coro(coro):
@@ -86,32 +90,48 @@ def _run_coro(coro):
     raise RuntimeError("weight sync is called from the learner thread, never inside an event loop")
 
 
-def _colocated(r, model, tokenizer, *, seed: int, sync_dir: str, version: int):
+def _colocated(r, model, tokenizer, *, seed: int, version: int, platform: str, name: str):
     engine = JaxEngine(model, max_slots=r.max_slots, max_len=r.max_len, tokenizer=tokenizer,
                        eos_token_ids=_eos_ids(tokenizer), seed=seed, weight_version=version,
                        prefill_buckets=prefill_buckets(r.prefill_buckets, r.max_len),
-                       decode_steps=r.decode_steps, cache_dtype=policy.DTYPES[r.cache_dtype])
+                       decode_steps=r.decode_steps, cache_dtype=cache_dtype(r.cache_dtype, platform),
+                       cache_kind=r.cache_kind, page_size=r.page_size, num_pages=r.kv_pages,
+                       token_budget=r.token_budget, prefill_rows=r.prefill_rows, overlap=r.overlap,
+                       attention_impl=r.attention_impl, tensor_parallel=r.serve_tensor_parallel)
     return engine, ColocatedSync(engine)
 
 
-def _disaggregated(r, model, tokenizer, *, seed: int, sync_dir: str, version: int):
+def _disaggregated(r, model, tokenizer, *, seed: int, version: int, platform: str, name: str):
     client = SGLangClient(list(r.server_urls), max_concurrency=r.concurrency, timeout_s=r.request_timeout_s,
-                          weight_version=version)
-    return client, DiskSync(client, sync_dir)
+                          weight_version=version, sync_method=r.sync_method, sync_dtype=r.sync_dtype,
+                          sync_bucket_bytes=int(r.sync_bucket_mb) << 20, group_backend=r.sync_group_backend,
+                          group_address=r.sync_group_address)
+    # rollout.sync_dir unset: a memory-backed dir named after the run
+    return client, ServerSync(client, r.sync_dir or weight_sync.default_sync_dir(name or "policy"))
+
+
+def cache_dtype(name: str, platform: str):
+    """``rollout.cache_dtype`` as a jnp dtype; "auto" is bf16 on accelerators (``mesh.platform``
+    tpu/gpu), fp32 on CPU."""
+    if name == "auto":
+        name = "bfloat16" if platform in ("tpu", "gpu") else "float32"
+    return policy.DTYPES[name]
 
 
 ENGINES = {                               # rollout.mode -> builder(rollout, model, tokenizer, ...)
     "colocated": _colocated,              # the embedded JaxEngine on the learner's devices
-    "disaggregated": _disaggregated,      # SGLang-API servers, weights through HF exports
+    "disaggregated": _disaggregated,      # SGLang-API servers, weights by rollout.sync_method
 }
 
 
-def build_engine(rollout, model, tokenizer, *, seed: int, sync_dir: str, version: int = 0):
+def build_engine(rollout, model, tokenizer, *, seed: int, version: int = 0, platform: str = "cpu",
+                 name: str = "policy"):
     """``(engine, sync)`` for the ``rollout`` section's mode (``ENGINES``). Colocated: an
     embedded engine serving ``model`` (which it keeps: pass a copy of parameters that will be
-    donated). Disaggregated: a client of ``rollout.server_urls``; the servers get weights at the
-    first ``sync(model, v)``."""
-    return ENGINES[rollout.mode](rollout, model, tokenizer, seed=seed, sync_dir=sync_dir, version=version)
+    donated), its caches in ``cache_dtype`` for ``platform`` (``mesh.platform``). Disaggregated: a
+    client of ``rollout.server_urls``; the servers get weights at the first ``sync(model, v)``,
+    exported (disk transport) to ``rollout.sync_dir`` or a memory-backed dir named ``name``."""
+    return ENGINES[rollout.mode](rollout, model, tokenizer, seed=seed, version=version, platform=platform, name=name)
 
 
 def prefill_buckets(buckets, max_len: int) -> tuple:
@@ -250,7 +270,11 @@ class EpisodeRunner:
         return sem
 
     async def run(self, task, harness, n: int, group_id: str, *, seed: int = 0, engine=None,
-                  temperature: Optional[float] = None, store: bool = True) -> list[Episode]:
+                  temperature: Optional[float] = None, store: bool = True,
+                  sampling_key: Optional[str] = None) -> list[Episode]:
+        """``n`` episodes ``<group_id>-<j>``. Their sampling seeds are keyed by the episode id, or,
+        with ``sampling_key``, by ``"<sampling_key>#<j>"`` (evaluation keys them by task and
+        attempt, so every evaluation of any policy draws the same random numbers)."""
         spec, overlay = self.resolve(harness)
         h = spec if temperature is None else with_temperature(spec, temperature)
         meta = {"pool_version": self.pool_version} if self.pool_version else {}
@@ -264,7 +288,8 @@ class EpisodeRunner:
 
         async def one(j):
             async with sem:
-                return await ex.run_episode(task, episode_id=f"{group_id}-{j}", group_id=group_id)
+                return await ex.run_episode(task, episode_id=f"{group_id}-{j}", group_id=group_id,
+                                            sampling_key=f"{sampling_key}#{j}" if sampling_key else None)
 
         try:
             trajs = await asyncio.gather(*[one(j) for j in range(n)])

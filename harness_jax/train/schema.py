@@ -32,11 +32,12 @@ from harness_jax import sharding
 from harness_jax.config_problems import Bad, Problem
 from harness_jax.envs import base as envs_base, registry
 from harness_jax.harness.workers import BACKENDS as WORKER_BACKENDS
-from harness_jax.models.qwen3_5 import attention as model_attention, presets as model_presets
-from harness_jax.models.qwen3_5.config import REMAT_POLICIES
+from harness_jax.models.qwen3_5 import attention as model_attention, moe as model_moe, paged_attention, presets as model_presets
+from harness_jax.models.qwen3_5.config import GDN_IMPLS, REMAT_POLICIES
 from harness_jax.rl import losses
 from harness_jax.rl import policy
 from harness_jax.rl.learner import SCHEDULES
+from harness_jax.sampling import runner as engine_runner, weight_sync
 from harness_jax.train import builders, console, groups, rollout, task_tokenizer, telemetry
 
 
@@ -92,13 +93,16 @@ def to_config_dict(cls) -> ml_collections.ConfigDict:
     return out
 
 
+def _mapping(v) -> bool:
+    """A dict, a ConfigDict, or a read-only view of one (anything with ``keys`` and ``[]``)."""
+    return hasattr(v, "keys") and hasattr(v, "__getitem__")
+
+
 def _to_plain(v):
-    if isinstance(v, ml_collections.ConfigDict):
-        return {k: _to_plain(x) for k, x in v.items()}
+    if _mapping(v):
+        return {k: _to_plain(v[k]) for k in v.keys()}
     if isinstance(v, (list, tuple)):
         return tuple(_to_plain(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _to_plain(x) for k, x in v.items()}
     return v
 
 
@@ -122,7 +126,7 @@ def _typed(tp, v):
         if isinstance(v, (list, tuple)):
             return tuple(_to_plain(v))
     elif tp is dict:
-        if isinstance(v, (dict, ml_collections.ConfigDict)):
+        if _mapping(v):
             return _to_plain(v)
     else:
         return v
@@ -217,10 +221,14 @@ def problems_collector() -> tuple[list, Bad]:
 # ============================================================================================
 # sections (the schema: one line and one comment per field)
 # ============================================================================================
+KERNEL_FIELDS = ("gdn_impl", "moe_impl", "moe_capacity_factor", "moe_dispatch", "moe_gmm")   # model.arch fields that are runtime knobs
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchSection:
     """``model.arch``: Qwen3_5Config fields replacing the preset's (None = keep the preset's
-    value; ignored with ``model.hf_path``, whose config.json is the truth)."""
+    value; ignored with ``model.hf_path``, whose config.json is the truth, except the kernel
+    choices at the end, which are not architecture)."""
 
     vocab_size: Optional[int] = None             # vocabulary rows (>= the tokenizer's size)
     hidden_size: Optional[int] = None            # model width
@@ -242,10 +250,20 @@ class ArchSection:
     max_position_embeddings: Optional[int] = None  # longest sequence the RoPE tables cover
     eos_token_id: Optional[int] = None           # end-of-turn token id of the tokenizer
     pad_token_id: Optional[int] = None           # padding token id of the tokenizer
+    # kernel choices (runtime knobs: they also apply with model.hf_path; docs/model.md)
+    gdn_impl: Optional[str] = option(None, choices=GDN_IMPLS)  # Gated DeltaNet: "jnp" (lax.scan reference) | "pallas" (TPU Mosaic / GPU Triton kernels)
+    moe_impl: Optional[str] = option(None, choices=model_moe.IMPLS)  # MoE: "auto" (expert parallel on a multi-device mesh) | "ep" | "sorted" | "dense"
+    moe_capacity_factor: Optional[float] = option(None, at_least=0, fix="0 = dropless")  # expert parallel: 0 = dropless, else rows per device pair = factor * rows / ep (drops counted)
+    moe_dispatch: Optional[str] = option(None, choices=model_moe.DISPATCHES)  # expert parallel: "all_to_all" (padded; any backend) | "ragged" (ragged_all_to_all; TPU/GPU)
+    moe_gmm: Optional[str] = option(None, choices=model_moe.GMMS)  # grouped matmul: "auto" | "ragged_dot" | "blocked"
 
     def overrides(self) -> dict:
         """The set (non-None) fields as Qwen3_5Config keyword arguments."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def kernels(self) -> dict:
+        """The set kernel choices (``KERNEL_FIELDS``): runtime knobs, applied with ``hf_path`` too."""
+        return {k: v for k, v in self.overrides().items() if k in KERNEL_FIELDS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,14 +339,27 @@ class RolloutSection:
 
     mode: str = option("colocated", choices=lambda: tuple(rollout.ENGINES))  # "colocated": embedded JaxEngine on the learner's devices | "disaggregated": SGLang-API servers (SGLang or launch/serve.py)
     server_urls: tuple = ()                       # disaggregated: base URLs of the servers ("http://host:port", ...)
-    sync_dir: str = ""                            # disaggregated: shared local dir for HF weight exports ("" = <workdir>/weight_sync)
+    sync_dir: str = ""                            # disaggregated: dir for the bf16 weight exports, readable by every server ("" = memory-backed /dev/shm/harness_jax/<name>; servers on other hosts need a shared mount)
+    sync_method: str = option("disk", choices=weight_sync.SYNC_METHODS)  # disaggregated weight sync: "disk" (bf16 export + update_weights_from_disk) | "distributed" (update_weights_from_distributed: torch.distributed broadcasts) | "tensor" (update_weights_from_tensor, same host); servers without it fall back to disk
+    sync_dtype: str = option("bfloat16", choices=lambda: tuple(policy.DTYPES))  # disaggregated weight sync: dtype of the weight matrices sent (1-D parameters keep theirs)
+    sync_bucket_mb: int = option(512, at_least=1)  # distributed / tensor weight sync: megabytes of tensors per update call
+    sync_group_backend: str = option("nccl", choices=("nccl", "gloo"))  # distributed weight sync: torch backend of the weights update group ("nccl": GPU servers | "gloo": CPU)
+    sync_group_address: str = "127.0.0.1"         # distributed weight sync: this host's address, where the servers join the group
     sync_every: int = option(1, at_least=1)       # weight sync every N learner steps (1 = on-policy)
     request_timeout_s: float = option(120.0, above=0)  # disaggregated: per-request HTTP timeout
     max_slots: int = option(16, at_least=1)       # embedded engine: concurrent sequences (continuous-batching slots)
     max_len: int = option(2048, at_least=2)       # embedded engine: tokens per slot (prompt + all turns)
     prefill_buckets: tuple = (32, 128, 512)       # embedded engine: prefill chunk lengths (those < max_len are used)
     decode_steps: int = option(8, at_least=1)     # embedded engine: decode tokens per host round trip
-    cache_dtype: str = option("float32", choices=lambda: tuple(policy.DTYPES))  # embedded engine: KV / recurrent cache dtype ("float32" | "bfloat16")
+    cache_dtype: str = option("auto", choices=lambda: ("auto",) + tuple(policy.DTYPES))  # embedded engine: KV and conv cache dtype ("auto": bfloat16 when mesh.platform is tpu/gpu, else float32 | "float32" | "bfloat16"); the GDN recurrent state is always float32
+    cache_kind: str = option("paged", choices=engine_runner.CACHE_KINDS)  # embedded engine KV cache: "paged" (a page pool shared by the slots; memory follows live tokens) | "contiguous" (max_len per slot)
+    page_size: int = option(16, at_least=1)       # paged KV cache: tokens per page
+    kv_pages: int = option(0, at_least=0, fix="0 = no limit")  # paged KV cache: pages in the pool (0 = max_slots * max_len tokens, never preempts; fewer: the youngest request is preempted and recomputed when it runs out)
+    token_budget: int = option(0, at_least=0)     # embedded engine: tokens per mixed step, decoding rows' plus prompt chunks (0 = the largest prefill bucket + max_slots)
+    prefill_rows: int = option(8, at_least=1)     # embedded engine: most requests prefilling in one mixed step
+    overlap: bool = True                          # embedded engine: dispatch the next decode step before the previous one is read back
+    attention_impl: str = option("auto", choices=("auto",) + paged_attention.IMPLS)  # embedded engine paged attention: "auto" (Pallas on tpu/gpu, XLA on cpu) | "xla" | "pallas_tpu" | "pallas_gpu" | "reference"
+    serve_tensor_parallel: int = option(1, at_least=1)  # embedded engine serving copy (compute dtype, rebuilt each sync): tensor-parallel degree over the learner's devices (1 = replicated weights, data-parallel rows)
     temperature: float = option(1.0, above=0, fix="set --config.rollout.temperature=1.0 (training rollouts must sample: at 0 every group is identical)")  # sampling temperature for training rollouts (log-probs use the same)
     top_p: float = 1.0                            # keep 1.0 for unbiased importance ratios
     top_k: int = -1                               # -1 = off (keep off for training)
@@ -352,6 +383,9 @@ class RolloutSection:
             bad("top_k", self.top_k, "must be -1 (off) or >= 1", "set --config.rollout.top_k=-1")
         if not self.prefill_buckets or not all(isinstance(b, int) and b >= 1 for b in self.prefill_buckets):
             bad("prefill_buckets", self.prefill_buckets, "needs positive integer chunk lengths", "e.g. '(32, 128, 512)'")
+        if self.cache_kind == "paged" and 0 < self.kv_pages * self.page_size < self.max_len:
+            bad("kv_pages", self.kv_pages, f"{self.kv_pages} pages of {self.page_size} tokens cannot hold one request of "
+                f"max_len={self.max_len}", f"set --config.rollout.kv_pages >= {-(-self.max_len // self.page_size)} (0 = no limit)")
 
     @property
     def colocated(self) -> bool:
@@ -427,6 +461,11 @@ class RLSection:
     kl_estimator: str = option("k3", choices=lambda: tuple(losses.KL_ESTIMATORS))  # KL estimator (rl.losses.KL_ESTIMATORS): "k1" | "k2" | "k3"
     kl_clamp: float = option(10.0, above=0)       # per-token KL estimate clamped to [-kl_clamp, kl_clamp]
     entropy_coef: float = 0.0                     # entropy bonus
+    router_aux_loss: bool = True                  # MoE models: add router_aux_loss_coef (from the model config; Qwen3.5: 0.001) x the router load-balancing loss
+    neg_adv_weight: float = option(1.0, at_least=0, fix="1 = plain GRPO, e.g. 0.5 damps failures")  # multiplies negative advantages (1 = plain GRPO; < 1 damps the failure side of the gradient)
+    reference_kl: bool = True                     # keep the policy RL starts from to log learner/kl_to_ref (one parameter copy, one forward per update)
+    skip_no_signal: bool = True                   # no optimizer step on a batch whose advantages are all 0 (AdamW's momentum would still move the weights)
+    log_entropy: bool = True                      # log the policy's token entropy (learner/entropy; one more pass over the vocabulary)
     epochs: int = option(1, at_least=1)           # passes over each rollout batch
     mini_batches: int = option(1, at_least=1)     # optimizer steps per epoch
     micro_batches: int = option(1, at_least=1)    # gradient accumulation inside a mini-batch
@@ -441,6 +480,8 @@ class RLSection:
     max_staleness: int = option(1, at_least=0)    # async: at most this many batches in flight ahead of the learner
 
     def check(self, bad) -> None:
+        if self.neg_adv_weight > 1:
+            bad("neg_adv_weight", self.neg_adv_weight, "must be in [0, 1]", "1 = plain GRPO, e.g. 0.5 damps failures")
         if not 0 <= self.eps_low < 1:
             bad("eps_low", self.eps_low, "must be in [0, 1) (the lower clip is 1 - eps_low)", "e.g. 0.2")
         if self.dual_clip and self.dual_clip <= 1:
@@ -535,6 +576,7 @@ class EvalSection:
     k: int = option(1, at_least=1)                # attempts per task (Pass@k / Avg@k)
     temperature: float = option(0.0, at_least=0, fix="0 = greedy")  # 0 = greedy (k must be 1 then); > 0 for Pass@k with k > 1
     at_start: bool = True                         # evaluate before training starts (before the SFT warm start when enabled)
+    greedy: bool = True                           # also one greedy attempt per task (greedy_success beside Avg@k)
 
     def check(self, bad) -> None:
         if self.k > 1 and self.temperature == 0:

@@ -157,18 +157,35 @@ def optimizer_config(opt: OptSection, *, lr: float, schedule: str, warmup_steps:
 
 
 def learner_config(rl: RLSection, opt: OptSection, *, num_steps: int, temperature: float, seed: int,
-                   peak_flops: float = 0.0) -> LearnerConfig:
-    """The GRPO learner's config (``rl.*``, ``opt.*``)."""
+                   peak_flops: float = 0.0, router_aux_coef: float = 0.0) -> LearnerConfig:
+    """The GRPO learner's config (``rl.*``, ``opt.*``); ``router_aux_coef``: MoE models' router
+    load-balancing coefficient (``router_aux_coef``)."""
     loss = losses.PolicyLossConfig(
         eps_low=rl.eps_low, eps_high=rl.eps_high, dual_clip=rl.dual_clip or None, tis_mode=rl.tis_mode,
         tis_cap=rl.tis_cap, tis_low=rl.tis_low, tis_high=rl.tis_high, agg=rl.agg, norm_constant=rl.norm_constant,
-        kl_coef=rl.kl_coef, kl_type=rl.kl_estimator, kl_clamp=rl.kl_clamp, entropy_coef=rl.entropy_coef)
+        kl_coef=rl.kl_coef, kl_type=rl.kl_estimator, kl_clamp=rl.kl_clamp, entropy_coef=rl.entropy_coef,
+        neg_adv_weight=rl.neg_adv_weight)
     optim = optimizer_config(opt, lr=opt.lr, schedule=opt.schedule, warmup_steps=opt.warmup_steps,
                              total_steps=num_steps * rl.epochs * rl.mini_batches)
     return LearnerConfig(mode="grpo", loss=loss, opt=optim, num_micro_batches=rl.micro_batches,
                          num_mini_batches=rl.mini_batches, num_epochs=rl.epochs,
                          recompute_old_logp=rl.recompute_old_logp, logit_chunk=rl.logit_chunk,
-                         temperature=temperature, peak_flops_per_device=peak_flops, seed=seed)
+                         temperature=temperature, peak_flops_per_device=peak_flops,
+                         compute_entropy=rl.log_entropy, reference_kl=rl.reference_kl, skip_no_signal=rl.skip_no_signal,
+                         seed=seed,
+                         router_aux_coef=router_aux_coef)
+
+
+def router_aux_coef(model: ModelSection, rl: RLSection) -> float:
+    """MoE: Qwen3.5's router load-balancing loss at the model config's coefficient when
+    ``rl.router_aux_loss`` (0 for dense models, or when the model config does not build: that
+    is reported as a problem of the model section)."""
+    if not rl.router_aux_loss:
+        return 0.0
+    try:
+        return float(policy.model_config(model).router_aux_loss_coef)
+    except Exception:  # noqa: BLE001 - _model_problems names what is wrong
+        return 0.0
 
 
 def sft_learner_config(run: RunSpec, *, peak_flops: float = 0.0, agg: str = "token_mean",
@@ -180,16 +197,18 @@ def sft_learner_config(run: RunSpec, *, peak_flops: float = 0.0, agg: str = "tok
     return LearnerConfig(mode="sft", opt=optim, num_micro_batches=run.rl.micro_batches, num_mini_batches=1,
                          num_epochs=1, shuffle=False, logit_chunk=run.rl.logit_chunk,
                          loss=losses.PolicyLossConfig(agg=agg, norm_constant=float(norm_constant)),
-                         peak_flops_per_device=peak_flops, seed=run.seed)
+                         peak_flops_per_device=peak_flops, seed=run.seed,
+                         router_aux_coef=run.learner.router_aux_coef)
 
 
 def pack_config(rl: RLSection, row_multiple: int = 1) -> PackConfig:
     """Row lengths: ``rl.pack_buckets`` below ``rl.pack_len``, and ``pack_len``; the row count a
-    multiple of ``row_multiple`` (the learner's: mini x micro batches x its batch devices)."""
+    multiple of ``row_multiple`` (the learner's: mini x micro batches x its batch devices),
+    rounded up to a row bucket (``rl.batch.row_bucket``: few compiled shapes)."""
     top = int(rl.pack_len)
     buckets = sorted({int(b) for b in rl.pack_buckets if b < top} | {top})
     return PackConfig(buckets=tuple(buckets), overlong="split", row_multiple=int(row_multiple),
-                      pad_id=int(rl.pad_token_id))
+                      pad_id=int(rl.pad_token_id), round_rows=True)
 
 
 # ============================================================================================
@@ -250,7 +269,8 @@ def resolve_with_problems(config, *, num_devices: Optional[int] = None, check_pa
                           rollout_sec.temperature, rollout_sec.top_p, rollout_sec.top_k, h.thinking,
                           rollout_sec.max_new_tokens, rollout_sec.max_len),
         learner=learner_config(rl, sec["opt"], num_steps=int(config.num_steps),
-                               temperature=rollout_sec.temperature, seed=int(config.seed)),
+                               temperature=rollout_sec.temperature, seed=int(config.seed),
+                               router_aux_coef=router_aux_coef(sec["model"], rl)),
         pack=pack_config(rl),
         collector=CollectorSpec(int(config.seed), rl.group_size, rl.tasks_per_step, rl.dynamic_sampling,
                                 rl.max_oversample_rounds),

@@ -1,13 +1,21 @@
-"""Harness-S end to end through the real launchers (no test doubles): ``launch/evolve.py`` evolves
-a pool with the tiny random policy (and a second run replays every finished rollout),
-``launch/train.py`` trains with rescue, the router and re-anchoring, is killed with SIGTERM after
-a step and resumed by the same command, a GRPO-only control shares the first run's SFT warm
-start through ``sft.cache_dir``, and ``launch/evaluate.py --routing=rank1`` evaluates the result.
+"""Harness-S end to end through the real launchers (no test doubles), one chain of five launcher
+processes shared by the module's tests (one pool, one SFT warm start):
+
+1. ``launch/evolve.py`` evolves a pool with the tiny random policy;
+2. ``launch/train.py`` trains with rescue, the router and re-anchoring (SFT warm start written to
+   ``sft.cache_dir``), is killed with SIGTERM after a GRPO step ...
+3. ... and resumed by the same command;
+4. a GRPO-only control takes the first run's SFT warm start from the cache;
+5. ``launch/evaluate.py --routing=rank1`` evaluates the result.
 
 The random tiny policy fails every task, so rescue fires on every group; helpers fail too. What
-is checked is the machinery: rescue metrics, the routing log with outcomes (no decision logged
-twice across the resume), router state restored, re-anchoring each step, the console's step
-lines without Orbax's INFO lines, progress.png, the SFT cache, the Rank-1 results file.
+is checked is the machinery across process boundaries: rescue metrics, the routing log with
+outcomes (no decision logged twice across the resume), router state restored, re-anchoring each
+step, the console's step lines without Orbax's INFO lines, progress.png, the SFT cache, the
+Rank-1 results file. A rerun of evolution replaying every finished rollout is
+tests/harness_s/test_evolve_run.py (``evolve_main``, which ``launch/evolve.py`` only calls).
+The launchers share the session's JAX compilation cache (tests/conftest.py), so only the first
+compiles the tiny model's programs.
 """
 import json
 import os
@@ -20,7 +28,7 @@ import pytest
 
 from harness_jax.rl.metrics import read_jsonl
 
-pytestmark = pytest.mark.slow   # ~5 minutes on 2 shared cores
+pytestmark = pytest.mark.slow   # ~2-4 minutes on 2 shared cores
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join("tests", "e2e", "tiny_hs_config.py")
 
@@ -47,7 +55,7 @@ def _run(script, config_arg, workdir, *extra, timeout=900):
 
 def _steps(workdir):
     return [d for d in read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-            if "learner/loss" in d or "learner/skipped_empty_batch" in d]
+            if "learner/optimizer_steps" in d or "learner/skipped_empty_batch" in d]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +64,6 @@ def chain(tmp_path_factory):
     ev = str(root / "evolve")
     out_ev = _run("launch/evolve.py", CONFIG, ev)
     pool = out_ev.strip().splitlines()[-1]
-    out_ev2 = _run("launch/evolve.py", CONFIG, ev)          # resumable: replays the finished rollouts
     arg = f"{CONFIG}:{pool}"
     run, cache = str(root / "run"), str(root / "sft_cache")
     p = _popen("launch/train.py", arg, run, f"--config.sft.cache_dir={cache}")
@@ -75,21 +82,27 @@ def chain(tmp_path_factory):
     ev_out = os.path.join(root, "rank1.json")
     _run("launch/evaluate.py", arg, str(root / "eval"), f"--checkpoint={run}", "--routing=rank1",
          "--num_tasks=2", f"--out={ev_out}")
-    return dict(pool=pool, evolve=ev, out_ev2=out_ev2, run=run, rc1=p.returncode, out1=out1, first=first,
+    return dict(pool=pool, evolve=ev, run=run, rc1=p.returncode, out1=out1, first=first,
                 out2=out2, control=control, out_c=out_c, rank1=ev_out)
 
 
-def test_evolve_writes_a_pool_and_resumes_from_finished_rollouts(chain):
+def test_evolve_launcher_writes_a_pool(chain):
+    """launch/evolve.py writes a loadable pool (H0 + a generation of children), its Markdown
+    card, the summary and one generations line."""
     from harness_jax import harness_s
     pool = harness_s.load_pool(chain["pool"])
     assert len(pool) >= 3 and pool.entries[1].generation == 1
     s = json.load(open(os.path.join(chain["evolve"], "evolve", "summary.json")))
-    assert s["pool"] == chain["pool"] and s["rollouts_run"] == 0 and s["rollouts_replayed"] >= 3
+    assert s["pool"] == chain["pool"] and s["rollouts_run"] >= 3 and s["rollouts_replayed"] == 0
     assert os.path.exists(chain["pool"][:-5] + ".md")
     assert len(open(os.path.join(chain["evolve"], "evolve", "generations.jsonl")).readlines()) == 1
 
 
 def test_rescue_fires_metrics_log_and_state_survive_resume(chain):
+    """launch/train.py with a pool: SIGTERM after a step exits cleanly with a checkpoint; the same
+    command resumes with the router's state; rescue metrics every step, re-anchoring on steps 1-2,
+    every routing decision and outcome logged exactly once across both processes; readable step
+    lines; progress.png."""
     assert chain["rc1"] == 0 and chain["first"]["preempted"] is True, chain["out1"][-3000:]
     k = chain["first"]["step"]
     assert 1 <= k < 3
@@ -117,6 +130,8 @@ def test_rescue_fires_metrics_log_and_state_survive_resume(chain):
 
 
 def test_control_shares_the_sft_warm_start_through_the_cache(chain):
+    """A GRPO-only control given the same ``sft.cache_dir`` takes the run's warm start from the
+    cache (says so) instead of training one: the SFT checkpoints are identical byte for byte."""
     import hashlib
 
     run = json.load(open(os.path.join(chain["run"], "summary.json")))
@@ -137,6 +152,8 @@ def test_control_shares_the_sft_warm_start_through_the_cache(chain):
 
 
 def test_rank1_evaluation_of_the_trained_run(chain):
+    """launch/evaluate.py --routing=rank1 on the trained run: the results file with H0 and Rank-1
+    metrics, the run's re-anchored router statistics (policy version 2) and the pool's path."""
     from harness_jax.harness_s import rank1
     res = rank1.load_results(chain["rank1"])
     assert res["num_tasks"] == 2 and set(res["h0"]) >= {"pass@1", "avg@1"} and "avg@1" in res["gap"]

@@ -154,7 +154,14 @@ def test_harness_r1_table_equal_weight_mean_and_mixing(tmp_path):
     rundir.write_json(str(tmp_path / "alf2" / "config.json"), {"name": "r1_cpu", "seed": 2, "env": {"name": "alfworld"}})
     open(tmp_path / "alf2" / "metrics.jsonl", "w").write('{"step": 1, "r1/delta_b_mean": 0.1}\n{"step": 2, "r1/del')
 
-    res = report.generate([str(tmp_path)], str(tmp_path / "out"), plots=False)
+    split = report.generate([str(tmp_path)], str(tmp_path / "split"), plots=False)["tables"][0]
+    assert [r for r in split.rows if r.endswith("SFT+GRPO engineer")] == ["r1.k=8: SFT+GRPO engineer",
+                                                                           "r1.k=unset: SFT+GRPO engineer"]
+    assert split.cells[("r1.k=8: SFT+GRPO engineer", "alfworld", "success")].values == [pytest.approx(0.6)]
+    assert split.cells[("r1.k=unset: SFT+GRPO engineer", "alfworld", "success")].values == [pytest.approx(0.4)]
+    assert not any(n for c in split.cells.values() for n in c.notes if "differ" in n)
+
+    res = report.generate([str(tmp_path)], str(tmp_path / "out"), plots=False, pool_configs=True)
     success = res["tables"][0]
     assert success.spec.title == "Harness-R1 training evaluations: target success" and success.benchmarks == ["alfworld", "dbbench"]
     grpo = {b: success.cells[("SFT+GRPO engineer", b, "success")] for b in ("alfworld", "dbbench", "mean")}
@@ -164,11 +171,11 @@ def test_harness_r1_table_equal_weight_mean_and_mixing(tmp_path):
     assert sft.mean is None and "alfworld" in sft.missing[0]             # never re-weighted
     assert success.cells[("SFT engineer", "alfworld", "success")].missing[0].endswith("reports no after_sft/success_rate")
     alf = success.cells[("rule-based engineer", "alfworld", "success")]
-    assert any("configs differ at r1" in n for n in alf.notes)           # alf0 has r1.k set, alf1 not
+    assert "pools runs whose configs differ at r1 (--pool_configs)" in alf.notes   # alf0 has r1.k set, alf1 not
     assert "alf2" in res["markdown"] and "incomplete" in res["markdown"]
     assert "| SFT engineer | — (n=0/3)" in res["markdown"]
     with pytest.raises(TablesError, match="--strict.*configs differ at r1"):
-        report.generate([str(tmp_path)], str(tmp_path / "out2"), plots=False, strict=True)
+        report.generate([str(tmp_path)], str(tmp_path / "out2"), plots=False, strict=True, pool_configs=True)
 
 
 def _r1_table(workdir, bench, seed):

@@ -25,15 +25,21 @@ def test_accel_probe_smoke_prints_one_json_object():
         row = res["attention"][f"{impl}@128"]
         assert "error" not in row, row
         assert row["fwd_s"] > 0 and row["fwd_bwd_s"] > 0 and row["fwd_bwd_memory"]["compiled_temp_bytes"] > 0
+    for impl in ("jnp", "pallas"):                      # Gated DeltaNet (bench_gdn.probe_gdn)
+        assert res["gdn"][f"{impl}@128"]["fwd_s"] > 0 and res["gdn"][f"{impl}@128"]["fwdbwd_s"] > 0
+    assert {"ep/blocked", "ep/ragged_dot", "dense"} <= set(res["moe"])   # MoE block (bench_moe.probe_moe_block)
     ts = res["train_step"]
     assert ts["tokens_per_s"] > 0 and ts["remat"] == "full" and ts["mfu"] is None   # CPU: no bf16 peak
+    eng = res["engine"]
+    assert eng["engine"]["tok_s"] > 0 and eng["engine"]["kv"]["cache_kind"] == "paged"
+    assert eng["weight_sync"]["bf16_export_bytes"] > 0 and eng["weight_sync"]["reload_s"] > 0
 
 
 def test_sections_are_a_registry():
     sys.path.insert(0, ROOT)
     from benchmarks import accel_probe
 
-    assert {"attention", "train_step"} <= set(accel_probe.SECTIONS)
+    assert {"attention", "train_step", "engine", "gdn", "moe"} <= set(accel_probe.SECTIONS)
 
     @accel_probe.section("probe_test_section", "a section another benchmark adds")
     def extra(args):

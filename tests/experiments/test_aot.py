@@ -30,11 +30,11 @@ from harness_jax.train import spec
 GPU_STEPS = [
     ("experiments.configs.gpu8_qwen35_4b_dbbench", ""),     # + harness_s/dbbench_gpu8
     ("experiments.configs.gpu8_qwen35_4b_appworld", ""),    # + harness_s/appworld_gpu8, swe_gpu8
-    ("experiments.configs.harness_r1.gpu8", "'dbbench'"),   # every benchmark argument
+    ("experiments.configs.harness_r1.gpu8", "dbbench"),   # every benchmark argument
 ]
 TPU_STEPS = [
     ("experiments.configs.tpu_qwen35_9b", ""),              # + harness_s/dbbench_tpu
-    ("experiments.configs.harness_r1.tpu", "'dbbench'"),
+    ("experiments.configs.harness_r1.tpu", "dbbench"),
 ]
 
 

@@ -9,6 +9,7 @@ a rule policy, not a model: no tiny model has a baseline a harness can move)."""
 import json
 import os
 
+import jax
 import pytest
 
 from experiments.configs.harness_r1 import tiny_cpu
@@ -76,7 +77,7 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
 
     # 1) crash in the teacher stage: the packets are done
     with pytest.raises(Crash):
-        pipeline.run(_Recorder(cfg, log), work)
+        pipeline.run(_Recorder(cfg, log), work, devices=jax.devices()[:1])
     assert calls == {"packets": 1, "teacher": 1, "sft": 0}
     assert os.path.exists(os.path.join(work, "stages", "packets.json"))
     assert not os.path.exists(os.path.join(work, "stages", "teacher.json"))
@@ -97,7 +98,7 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     monkeypatch.setattr(dataset_lib, "teacher_responses", counting_teacher)
     monkeypatch.setattr(sft_warmstart, "train_segments", crash_sft)
     with pytest.raises(Crash):
-        pipeline.run(_Recorder(cfg, log), work)
+        pipeline.run(_Recorder(cfg, log), work, devices=jax.devices()[:1])
     assert calls == {"packets": 1, "teacher": 2, "sft": 1}       # packets not rebuilt
     for stage in ("teacher", "tokenizer", "sft_examples", "reference"):
         assert os.path.exists(os.path.join(work, "stages", f"{stage}.json")), stage
@@ -114,12 +115,12 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
 
     monkeypatch.setattr(training.EngineerGroups, "__call__", crash_grpo)
     with pytest.raises(Crash):
-        pipeline.run(_Recorder(cfg, log), work)
+        pipeline.run(_Recorder(cfg, log), work, devices=jax.devices()[:1])
     assert calls == {"packets": 1, "teacher": 2, "sft": 1}        # teacher not asked again
 
     # 4) the same call finishes: GRPO resumes from step 1
     monkeypatch.setattr(training.EngineerGroups, "__call__", real_group)
-    summary = pipeline.run(_Recorder(cfg, log), work)
+    summary = pipeline.run(_Recorder(cfg, log), work, devices=jax.devices()[:1])
     assert summary["resumed_from"] == 1 and not summary["preempted"]
     assert summary["sft"]["summary"]["resumed_from"] == 2 and summary["sft"]["summary"]["steps"] == 4
     assert summary["grpo"]["steps"] == 2                           # step 1 (checkpointed before the crash) + step 2 (this run)

@@ -40,9 +40,9 @@ def test_overlong_split_at_turn_boundary_and_drop_counted():
     assert b.stats.num_split == 1
     assert b.stats.num_dropped_overlong == 1
     assert b.stats.num_segments_packed == 4
-    assert b.stats.num_loss_tokens == 9 + 7 + 9 + 1   # pieces [0,12) [12,20) [20,30) and seg(4)
-    starts = sorted(m["start"] for m in b.meta if m["end"] - m["start"] != 4)
-    assert starts == [0, 12, 20]
+    assert b.stats.num_loss_tokens == 10 + 8 + 9 + 1  # pieces [0,13) [12,21) [20,30) and seg(4)
+    pieces = sorted((m["start"], m["end"]) for m in b.meta if m["end"] - m["start"] != 4)
+    assert pieces == [(0, 13), (12, 21), (20, 30)]
     b2 = rlbatch.pack_segments([long_ok], rlbatch.PackConfig(buckets=(16,), overlong="drop"))
     assert b2.stats.num_dropped_overlong == 1 and b2.stats.num_segments_packed == 0
     assert b2.loss_mask.sum() == 0
@@ -53,3 +53,23 @@ def test_no_loss_segments_counted_and_bad_config():
     assert b.stats.num_dropped_no_loss == 1
     with pytest.raises(ValueError, match="overlong"):
         rlbatch.PackConfig(overlong="truncate")
+
+
+def test_split_pieces_train_every_sampled_token_exactly_once():
+    """A multi-turn episode split at its turn starts: each sampled token is the target of exactly
+    one piece, with its own rollout log-prob and the episode's advantage. (Before the fix, the
+    first sampled token of every turn a piece started at was never a target.)"""
+    # prompt 6 | turn 1: 5 sampled | observation 4 | turn 2: 5 sampled | observation 4 | turn 3: 6
+    kinds = [0] * 6 + [1] * 5 + [0] * 4 + [1] * 5 + [0] * 4 + [1] * 6
+    starts = [i for i in range(1, len(kinds)) if kinds[i] and not kinds[i - 1]]
+    ids = list(range(500, 500 + len(kinds)))
+    lp = [-(i + 1) / 100 if k else 0.0 for i, k in enumerate(kinds)]
+    s = TokenSegment(token_ids=ids, loss_mask=kinds, rollout_logprobs=lp, advantage=0.7, turn_starts=starts)
+    b = rlbatch.pack_segments([s], rlbatch.PackConfig(buckets=(12,)))
+    assert b.stats.num_split == 1
+    assert sorted((m["start"], m["end"]) for m in b.meta) == [(0, 7), (6, 16), (15, 25), (24, 30)]
+    on = b.loss_mask > 0
+    trained = sorted(b.target_ids[on].tolist())
+    assert trained == [t for t, k in zip(ids, kinds) if k]          # every sampled token, once
+    np.testing.assert_allclose(b.rollout_logp[on], [lp[t - 500] for t in b.target_ids[on]], rtol=1e-6)
+    assert np.all(b.advantages[on] == np.float32(0.7))

@@ -88,6 +88,66 @@ def test_minibatches_epochs_and_schedule(batch):
     assert ms[0]["pg_clipfrac_low"] == 0.0 and ms[0]["pg_clipfrac_high"] == 0.0
 
 
+def test_no_optimizer_step_on_a_batch_without_signal(batch):
+    """Every advantage 0 (all groups zero-variance): the parameters and the optimizer state stay
+    bit-identical, though AdamW's momentum from an earlier step would otherwise move them."""
+    import dataclasses
+
+    _, lr = make()
+    lr.update(batch)                                      # momentum is non-zero now
+    before = jax.tree.map(np.asarray, (lr.state["params"], lr.state["opt_state"], lr.state["step"]))
+    silent = dataclasses.replace(batch, advantages=np.zeros_like(batch.advantages))
+    assert lr.update(silent) == [] and lr.policy_version == 2
+    after = jax.tree.map(np.asarray, (lr.state["params"], lr.state["opt_state"], lr.state["step"]))
+    for x, y in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+        np.testing.assert_array_equal(x, y)
+    assert L.summarize_update([]) == {"optimizer_steps": 0.0, "skipped_no_signal": 1.0}
+    # the same batch with skip_no_signal off: a zero gradient, yet the weights move (momentum)
+    lr.cfg = dataclasses.replace(lr.cfg, skip_no_signal=False)     # read per update, not compiled in
+    m = lr.update(silent)
+    assert m[0]["grad_norm"] == 0.0 and not np.array_equal(before[0]["head"], lr.params_numpy()["head"])
+
+
+def test_update_metrics_pool_every_mini_batch(batch):
+    """2 epochs x 2 mini-batches: the summary's ratio and clip metrics are the loss-token-weighted
+    means over all 4 steps (not the last step's), extrema over all steps; the clip acts after the
+    first step (ratio moves off 1); KL to the reference is that of the sampling policy."""
+    _, lr = make(num_mini_batches=2, num_epochs=2, shuffle=True, reference_kl=True,
+                 opt=L.OptimizerConfig(learning_rate=5e-2, clip_norm=1.0, eps=1e-5))
+    ms = lr.update(batch)
+    assert len(ms) == 4
+    s = L.summarize_update(ms)
+    w = np.asarray([m["loss_tokens"] for m in ms])
+    for k in ("ratio_mean", "pg_clipfrac_low", "pg_clipfrac_high", "ppo_kl"):
+        assert s[k] == pytest.approx(float(np.sum([m[k] for m in ms] * w) / w.sum()), rel=1e-6)
+    assert s["max/ratio"] == max(m["max/ratio"] for m in ms) and s["min/ratio"] == min(m["min/ratio"] for m in ms)
+    assert s["loss_tokens"] == w.sum() and s["optimizer_steps"] == 4 and s["skipped_no_signal"] == 0
+    assert s["update_ratio"] == pytest.approx(np.mean([m["update_rms"] / m["param_rms"] for m in ms]), rel=1e-5)
+    assert ms[0]["pg_clipfrac_low"] + ms[0]["pg_clipfrac_high"] == 0.0   # on-policy first step
+    assert s["pg_clipfrac_low"] + s["pg_clipfrac_high"] > 0               # later steps clip
+    assert s["pg_clipfrac_low"] + s["pg_clipfrac_high"] != ms[-1]["pg_clipfrac_low"] + ms[-1]["pg_clipfrac_high"]
+    assert s["kl_to_ref"] == 0.0                          # the batch's policy is the reference
+    expected = L.masked_k3(lr.compute_logp(batch, lr.ref_params), lr.compute_logp(batch), batch.loss_mask)
+    s2 = L.summarize_update(lr.update(batch))
+    assert s2["kl_to_ref"] == pytest.approx(expected, rel=1e-5) and expected > 0
+
+
+def test_negative_advantage_weight_scales_the_failure_side():
+    """neg_adv_weight=w: the loss of a negative-advantage token is w times the plain one; positive
+    tokens are unchanged."""
+    rng = np.random.default_rng(0)
+    logp, old = rng.normal(-2, 0.3, (2, 5)), rng.normal(-2, 0.3, (2, 5))
+    adv = np.asarray([[1.5] * 5, [-0.5] * 5], np.float32)
+    mask = np.ones((2, 5), np.float32)
+    kw = dict(tis_cap=None)
+    full, _ = losses.policy_loss(logp, old, None, adv, mask, **kw)
+    pos, _ = losses.policy_loss(logp, old, None, np.where(adv > 0, adv, 0), mask, **kw)
+    half, _ = losses.policy_loss(logp, old, None, adv, mask, neg_adv_weight=0.5, **kw)
+    assert float(half) == pytest.approx(float(pos) + 0.5 * (float(full) - float(pos)), rel=1e-5)
+    with pytest.raises(ValueError, match="neg_adv_weight"):
+        losses.PolicyLossConfig(neg_adv_weight=1.5)
+
+
 def test_step_metrics_match_independent_computation(batch):
     """Entropy, importance weights, KL to the reference and MFU of the first step, recomputed
     here from the model's logits and the reported token counts."""

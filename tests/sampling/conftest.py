@@ -5,7 +5,7 @@ pause) restore it before they return.
 """
 import pytest
 
-ENGINE_KW = dict(max_slots=4, max_len=512, prefill_buckets=(32,), decode_steps=4)
+ENGINE_KW = dict(max_slots=4, max_len=512, prefill_buckets=(32,), decode_steps=4, prefill_rows=1)
 
 
 @pytest.fixture(scope="session")

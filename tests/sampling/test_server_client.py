@@ -226,14 +226,17 @@ def test_weight_sync_switches_outputs(server, client, dense_engine, dense_model,
     v0 = client.weight_version
     long = SamplingParams(max_new_tokens=200, temperature=0.0, ignore_eos=True)
 
+    from harness_jax.sampling import weight_sync
+    export = weight_sync.export_hf(noisy, str(tmp_path / "export"))   # bf16, before the request starts
+
     async def go():
         inflight = asyncio.create_task(client.generate(GenerateRequest([11, 12], long, "inflight")))
         await asyncio.to_thread(_wait_tokens, dense_engine, 8)
-        rep = await client.sync_model(noisy, str(tmp_path / "export"), weight_version=v0 + 1)
+        rep = await client.update_weights_from_disk(export.out_dir, weight_version=v0 + 1)
         return rep, await inflight
 
     rep, inflight = _run(go())
-    assert rep.weight_version == str(v0 + 1) and rep.export_s > 0
+    assert rep.weight_version == str(v0 + 1) and rep.method == "disk" and export.bytes > 0
     # the in-flight request was aborted by the pause and resumed on the new weights
     assert inflight.finish_reason == "length" and len(inflight.token_ids) == 200
     assert inflight.token_versions is not None and inflight.token_versions[0] == v0

@@ -105,8 +105,10 @@ def test_interrupt_resume_skip_and_failure_isolation(tmp_path):
     assert by["seed=2,group_size=1"]["status"]["state"] == "failed"
     # every run is its own workdir with the launcher's outputs
     for name in ("seed=0", "seed=1"):
-        steps = [m["step"] for m in rundir.RunDir(os.path.join(root, name)).metrics() if "learner/loss" in m]
+        steps = [m["step"] for m in rundir.RunDir(os.path.join(root, name)).metrics() if "learner/optimizer_steps" in m]
         assert sorted(set(steps)) == [1, 2, 3], (name, steps)
+        # the launcher records the config it parsed, the one the sweep resolved (tables read it)
+        assert rundir.read_json(os.path.join(root, name, "config.json")) == by[name]["config"]
     log0 = open(run0.log_path).read()
     assert log0.count("===== attempt") == 2
 

@@ -41,8 +41,8 @@ class RecordingLearner:
         self.step += 1
         self.state = {"w": self.state["w"] + 1.0}
         tokens = float(np.sum(tb.loss_mask))
-        return [{"loss": float(np.sum(tb.advantages * tb.loss_mask)), "tokens": tokens, "step_time_s": 0.01,
-                 "logp_recompute_s": 0.0}]
+        return [{"loss": float(np.sum(tb.advantages * tb.loss_mask)), "grad_norm": 1.0, "loss_tokens": tokens,
+                 "tokens": tokens, "step_time_s": 0.01, "logp_recompute_s": 0.0}]
 
     def params_copy(self):
         return dict(self.state)
@@ -82,7 +82,8 @@ class ScriptedRunner:
         self.pool_version = ""
         self._ids = itertools.count()
 
-    async def run(self, task, harness, n, group_id, *, seed=0, engine=None, temperature=None, store=True):
+    async def run(self, task, harness, n, group_id, *, seed=0, engine=None, temperature=None, store=True,
+                  sampling_key=None):
         self.calls.append((task.task_id, group_id, n, temperature))
         out = []
         for j in range(n):

@@ -38,12 +38,13 @@ Memory plan: Pallas (Triton) flash attention with segment ids (nothing T x S), r
 (each layer recomputed; its input in pinned host memory, 32 x 32768 x 4096 x 2 B = 8.6 GB off the
 GPU), weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part,
 exact (N = 8.95e9, fsdp=4): fp32 params 9.0 GB + Adam m, v 17.9 GB + fp32 gradient accumulator
-9.0 GB = 35.8 GB per GPU. AOT budget: does not fit (157 GB per device against the 72 GB budget =
+9.0 GB = 35.8 GB per GPU. AOT budget: does not fit (112 GB per device against the 72 GB budget =
 80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 4-device
 mesh at pack_len 32768, full depth, one 32768-token row per GPU per micro-batch
 (tests/experiments/test_aot.py). That compile is XLA:CPU's: it holds bf16 math and the bf16
 copies of dot operands in fp32 and keeps the offloaded layer inputs on the device, so the figure
-is an upper bound, but no fit is shown; before this plan (reference attention materialising
+is an upper bound, but no fit is shown (157 GB before remat "full" recomputed the layers of a
+scanned cycle one at a time, ``model.ordered_remat``); before this plan (reference attention materialising
 [B, K, G, T, S] fp32 scores, dots-saveable remat, fp32 weight gathers) the same compile reported
 907 GB. Until a measurement on the GPUs (``benchmarks/accel_probe.py``) says otherwise, 32768-token
 rows on 4 x H100 are not known to fit.

@@ -91,6 +91,7 @@ def get_config():
     a.eos_token_id = 2                    # <|im_end|> in the task tokenizer
     a.pad_token_id = 0                    # <|endoftext|>
     c.mesh.shape = (1, 1, 1, 1)           # one CPU device
+    c.mesh.num_devices = 1                # the first device (tests see 8 fake ones)
 
     c.rollout.max_slots = 32              # 4 packets x K=8 in training, 8 x 4 in evaluation
     c.rollout.max_len = 1024              # prompt (~300) + response

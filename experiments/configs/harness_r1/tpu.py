@@ -29,13 +29,12 @@ Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "
 layer recomputed; its input, 32 x 32768 x 4096 x 2 B = 8.6 GB per chip, in pinned host memory),
 weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part, exact
 (N = 8.95e9, fsdp=16): params + Adam + fp32 gradient accumulator = 16 B x N / 16 = 9 GB per chip.
-AOT budget: does not fit (123 GB per device against the 85.5 GB budget = 95 GB less 10%
-headroom), from XLA's memory analysis of the train step compiled for the 16-device mesh at
+AOT budget: fits (77 GB per device of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 16-device mesh at
 pack_len 32768, full depth, one row per chip per micro-batch (tests/experiments/test_aot.py).
 That compile is XLA:CPU's (splash replaced by the XLA flash kernel): it holds bf16 math in fp32
-and keeps the offloaded inputs on the device, so it is an upper bound, but no fit is shown. A
-compile for the v5p topology itself (libtpu on the CPU host, docs/model.md "AOT budgets") or
-``benchmarks/accel_probe.py`` on the slice settles it; engine caches (colocated, 32 slots x
+and keeps the offloaded inputs on the device, so it is an upper bound. Before remat recomputed
+the layers of a scanned cycle one at a time (``model.ordered_remat``) the same compile reported
+123 GB. ``benchmarks/accel_probe.py`` on the slice measures the real figure; engine caches (colocated, 32 slots x
 32768 tokens) add 0.6 GB per chip. The workdir must be a shared local mount (the packet dataset and caches are
 files; checkpoints could go to gs:// but the pipeline keeps one root).
 """

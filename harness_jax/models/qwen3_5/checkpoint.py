@@ -17,6 +17,7 @@ Text weights are found under ``model.`` (``*ForCausalLM``) or ``model.language_m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -93,8 +94,22 @@ def read_safetensors_index(ckpt_dir: str) -> dict[str, TensorInfo]:
     return out
 
 
-def _read_tensor(info: TensorInfo, rows: Optional[slice] = None) -> np.ndarray:
-    """Read one tensor (or a contiguous range of its leading rows) with pread."""
+def _pread_into(path: str, start: int, view: memoryview) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < len(view):
+            k = os.preadv(fd, [view[got:]], start + got)
+            if k <= 0:
+                raise CheckpointError(f"{path}: truncated while reading a tensor at byte {start + got}")
+            got += k
+    finally:
+        os.close(fd)
+
+
+def _read_tensor(info: TensorInfo, rows: Optional[slice] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Read one tensor (or a contiguous range of its leading rows) with pread; into ``out`` (a
+    C-contiguous array of the right size and dtype) when given, without another host copy."""
     dt = np.dtype(_ST_DTYPES[info.dtype])
     shape = info.shape
     start, end = info.start, info.end
@@ -103,18 +118,14 @@ def _read_tensor(info: TensorInfo, rows: Optional[slice] = None) -> np.ndarray:
         row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dt.itemsize
         start, end = info.start + r0 * row_bytes, info.start + r1 * row_bytes
         shape = (r1 - r0,) + tuple(shape[1:])
-    fd = os.open(info.file, os.O_RDONLY)
-    try:
-        buf = bytearray(end - start)
-        view = memoryview(buf)
-        got = 0
-        while got < len(buf):
-            k = os.preadv(fd, [view[got:]], start + got)
-            if k <= 0:
-                raise CheckpointError(f"{info.file}: truncated while reading a tensor at byte {start + got}")
-            got += k
-    finally:
-        os.close(fd)
+    if out is not None:
+        if out.dtype != dt or out.nbytes != end - start or not out.flags.c_contiguous:
+            raise CheckpointError(f"{info.file}: cannot read a {info.dtype}{list(shape)} tensor into a "
+                                  f"{out.dtype}{list(out.shape)} buffer")
+        _pread_into(info.file, start, memoryview(out.reshape(-1).view(np.uint8)))
+        return out
+    buf = bytearray(end - start)
+    _pread_into(info.file, start, memoryview(buf))
     return np.frombuffer(buf, dtype=dt).reshape(shape)
 
 
@@ -237,30 +248,45 @@ def _read_layer_tensor(reader: _SourceReader, src: ParamSource, name: str, cfg: 
     if not reader.has(f"{base}.0.down_proj.weight"):
         raise CheckpointError(f"checkpoint is missing tensor {reader.resolve(name)!r} and its per-expert form "
                               f"{reader.resolve(base + '.0.down_proj.weight')!r} (parameter {our})")
-    pieces = []
-    I, D = cfg.moe_intermediate_size, cfg.hidden_size
-    for x in x_sel:
-        if src.kind == "gate_up":
-            g = reader.read(f"{base}.{x}.gate_proj.weight", our)
-            if g.shape != (I, D):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.gate_proj.weight')!r} has shape "
-                                      f"{g.shape}, expected {(I, D)}")
-            g = np.array(g)
-            u = reader.read(f"{base}.{x}.up_proj.weight", our)
-            if u.shape != (I, D):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.up_proj.weight')!r} has shape "
-                                      f"{u.shape}, expected {(I, D)}")
-            t = np.concatenate([g, u], axis=0)
-        else:
-            t = reader.read(f"{base}.{x}.down_proj.weight", our)
-            if t.shape != (D, I):
-                raise CheckpointError(f"tensor {reader.resolve(f'{base}.{x}.down_proj.weight')!r} has shape "
-                                      f"{t.shape}, expected {(D, I)}")
-        pieces.append(np.asarray(t)[rest_idx])
     n_experts = _expert_count(reader, base)
     if n_experts != X:
         raise CheckpointError(f"{reader.resolve(base)}: checkpoint has {n_experts} experts but config.num_experts={X}")
-    return np.stack(pieces) if pieces else np.zeros((0,) + want_shape[1:])
+    return _read_experts(reader, base, src.kind, cfg, list(x_sel), rest_idx, our)
+
+
+def _read_experts(reader: _SourceReader, base: str, kind: str, cfg: Qwen3_5Config, experts: list, rest_idx: tuple,
+                  our: str) -> np.ndarray:
+    """Per-expert HF tensors (``{base}.{e}.gate_proj/up_proj/down_proj.weight``) stacked into our
+    fused layout ``[experts, 2I, D]`` / ``[experts, D, I]``: each expert is read with ``pread``
+    straight into its slot of one preallocated array (in the on-disk dtype), so host memory holds
+    the stacked result once, not a copy per expert plus a stack. A shard that keeps only part of
+    the inner dims (``rest_idx``) reads each expert whole into one reused buffer and copies its part."""
+    I, D = cfg.moe_intermediate_size, cfg.hidden_size
+    parts = ([("gate_proj", slice(0, I)), ("up_proj", slice(I, 2 * I))] if kind == "gate_up"
+             else [("down_proj", slice(None))])
+    want = (I, D) if kind == "gate_up" else (D, I)
+    infos = {}
+    for e in experts:
+        for proj, _ in parts:
+            hf = f"{base}.{e}.{proj}.weight"
+            info = reader.info(hf, our)
+            if tuple(info.shape) != want:
+                raise CheckpointError(f"tensor {reader.resolve(hf)!r} has shape {tuple(info.shape)}, expected {want}")
+            reader.used.add(reader.resolve(hf))
+            infos[(e, proj)] = info
+    full = (2 * I, D) if kind == "gate_up" else (D, I)
+    dt = np.dtype(_ST_DTYPES[infos[(experts[0], parts[0][0])].dtype]) if experts else np.dtype(np.float32)
+    whole = all(isinstance(r, slice) and r.indices(n) == (0, n, 1) for r, n in zip(rest_idx, full))
+    out_shape = full if whole else np.empty(full, np.uint8)[rest_idx].shape
+    out = np.empty((len(experts),) + tuple(out_shape), dt)
+    tmp = None if whole else np.empty(full, dt)
+    for i, e in enumerate(experts):
+        dest = out[i] if whole else tmp
+        for proj, rows in parts:
+            _read_tensor(infos[(e, proj)], out=dest[rows])
+        if not whole:
+            out[i] = tmp[rest_idx]
+    return out
 
 
 def _norm_index(idx, ndim):
@@ -278,7 +304,7 @@ def _build_callback(reader, src: ParamSource, cfg, shape, np_dtype):
             parts = [_read_layer_tensor(reader, src, src.hf_name.format(layer=src.layers[c]), cfg, shape[1:],
                                         index[1:]) for c in sel]
             arr = np.stack(parts)
-        return np.ascontiguousarray(arr.astype(np_dtype))
+        return np.ascontiguousarray(arr.astype(np_dtype, copy=False))
     return cb
 
 
@@ -309,10 +335,8 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     (``harness_jax.sharding``); without a mesh every parameter goes to the default device.
     ``config_overrides``: runtime knobs such as ``scan_layers=True`` or ``remat="full"``.
     ``strict``: unexpected text tensors raise (vision/MTP tensors are always skipped).
-    ``moe_impl`` (in ``model_kw``): "sorted" (ragged_dot, default on one device) or "dense"
-    (default on a multi-device mesh: GSPMD cannot partition the token sort of the sorted path,
-    and on the CPU backend it deadlocks in a collective rendezvous; "dense" is exact and
-    partitions cleanly over the batch and expert axes at X/top_k times the expert FLOPs).
+    Kernel choices (``gdn_impl``, ``moe_impl``, ...) are ``config_overrides`` too; the MoE default
+    ("auto") is expert parallel on the mesh given here (``moe.py``), sorted on one device.
     """
     path = os.fspath(path)
     cfg_path = os.path.join(path, "config.json")
@@ -329,8 +353,6 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
     if skipped:
         log.info("load_hf: skipping %d vision-tower / MTP tensors (text decoder only)", len(skipped))
     reader = _SourceReader(tensors, prefix)
-    if model_kw.get("moe_impl") is None:
-        model_kw["moe_impl"] = "dense" if (mesh is not None and mesh.size > 1) else "sorted"
     graphdef, abs_state = abstract_model(cfg, dtype, param_dtype, **model_kw)
     flat = nnx.to_flat_state(abs_state)
     table = {s.path: s for s in param_mapping(cfg, [p for p, _ in flat])}
@@ -363,12 +385,21 @@ def load_hf(path, dtype="float32", mesh=None, rules=None, param_dtype=None, conf
 # ---------------------------------------------------------------------------------------------
 # export
 # ---------------------------------------------------------------------------------------------
-def _hf_tensors(model: Qwen3_5ForCausalLM):
+def hf_tensors(model: Qwen3_5ForCausalLM):
     """Yield ``(hf_name, fetch)`` in a stable order; ``fetch()`` returns one host numpy tensor."""
     cfg = model.config
     flat = nnx.to_flat_state(nnx.state(model, nnx.Param))
     table = param_mapping(cfg, [p for p, _ in flat])
     values = {tuple(p): v for p, v in flat}
+    held = {"key": None, "value": None}   # the one stacked expert tensor on host (per layer), shared by its experts
+
+    def held_fetch(key, fetch):
+        if held["key"] != key:
+            held["value"] = None          # release the previous layer's tensor before fetching the next
+            held["value"] = fetch()
+            held["key"] = key
+        return held["value"]
+
     for src in table:
         var = values[src.path]
         layers = src.layers if src.layers is not None else (None,)
@@ -383,15 +414,16 @@ def _hf_tensors(model: Qwen3_5ForCausalLM):
 
             if src.kind == "plain":
                 yield name, fetch_one
-            else:
+            else:   # per-expert HF tensors: views of the stacked tensor, fetched to host once per layer
                 base = name.rsplit(".", 1)[0]
                 I = cfg.moe_intermediate_size
+                get = functools.partial(held_fetch, (src.path, c), fetch_one)
                 for x in range(cfg.num_experts):
                     if src.kind == "gate_up":
-                        yield f"{base}.{x}.gate_proj.weight", (lambda f=fetch_one, x=x: f()[x, :I])
-                        yield f"{base}.{x}.up_proj.weight", (lambda f=fetch_one, x=x: f()[x, I:])
+                        yield f"{base}.{x}.gate_proj.weight", (lambda g=get, x=x: g()[x, :I])
+                        yield f"{base}.{x}.up_proj.weight", (lambda g=get, x=x: g()[x, I:])
                     else:
-                        yield f"{base}.{x}.down_proj.weight", (lambda f=fetch_one, x=x: f()[x])
+                        yield f"{base}.{x}.down_proj.weight", (lambda g=get, x=x: g()[x])
 
 
 def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, dtype=None) -> str:
@@ -399,15 +431,17 @@ def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, 
 
     MoE experts are written per expert (``experts.{e}.gate_proj.weight``...), the layout
     transformers' ``save_pretrained`` produces and its loader converts. Tensors are fetched
-    and written one at a time. ``dtype``: optional on-disk dtype (e.g. "bfloat16").
+    and written one at a time; a stacked expert tensor is fetched to host once per layer and its
+    experts written as views of it (peak host memory: one layer's stacked tensor).
+    ``dtype``: optional on-disk dtype (e.g. "bfloat16").
     """
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     cfg = model.config
-    entries = list(_hf_tensors(model))
+    entries = list(hf_tensors(model))
     any_var = jax.tree.leaves(nnx.state(model, nnx.Param))[0]
     disk_dtype = np.dtype(jnp.dtype(dtype)) if dtype is not None else np.dtype(any_var.dtype)
-    shapes = [_entry_shape(model, name) for name, _ in entries]
+    shapes = [entry_shape(model, name) for name, _ in entries]
     files, cur, cur_bytes = [], [], 0
     for entry, shape in zip(entries, shapes):
         nbytes = int(np.prod(shape, dtype=np.int64)) * disk_dtype.itemsize
@@ -436,7 +470,8 @@ def save_hf(model: Qwen3_5ForCausalLM, out_dir, max_shard_bytes: int = 4 << 30, 
     return out_dir
 
 
-def _entry_shape(model, name):
+def entry_shape(model, name):
+    """Shape of HF tensor ``name`` of ``model`` (per-expert and per-layer forms included)."""
     cfg = model.config
     if ".experts." in name and name.split(".experts.")[1][0].isdigit():
         D, I = cfg.hidden_size, cfg.moe_intermediate_size
@@ -456,13 +491,16 @@ def _entry_shape(model, name):
 
 
 def _write_safetensors(path, group, shapes, disk_dtype) -> int:
-    """Stream tensors into one safetensors file (header from the known shapes, then data one
-    tensor at a time); returns the data byte count."""
-    st_dtype = _NP_TO_ST[np.dtype(disk_dtype)]
+    return write_safetensors(path, group, shapes, [np.dtype(disk_dtype)] * len(group))
+
+
+def write_safetensors(path, group, shapes, dtypes) -> int:
+    """Stream ``(name, fetch)`` tensors into one safetensors file, tensor i as ``dtypes[i]``
+    (header from the known shapes, then data one tensor at a time); returns the data bytes."""
     header, offset = {}, 0
-    for (name, _), shape in zip(group, shapes):
-        nbytes = int(np.prod(shape, dtype=np.int64)) * disk_dtype.itemsize
-        header[name] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+    for (name, _), shape, dt in zip(group, shapes, dtypes):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        header[name] = {"dtype": _NP_TO_ST[np.dtype(dt)], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
     header["__metadata__"] = {"format": "pt"}
     hbytes = json.dumps(header, separators=(",", ":")).encode()
@@ -470,10 +508,72 @@ def _write_safetensors(path, group, shapes, disk_dtype) -> int:
     with open(path, "wb") as f:
         f.write(_struct.pack("<Q", len(hbytes)))
         f.write(hbytes)
-        for (name, fetch), shape in zip(group, shapes):
-            a = np.ascontiguousarray(np.asarray(fetch()).astype(disk_dtype, copy=False))
+        for (name, fetch), shape, dt in zip(group, shapes, dtypes):
+            a = np.ascontiguousarray(np.asarray(fetch()).astype(dt, copy=False))
             if tuple(a.shape) != tuple(shape):
                 raise CheckpointError(f"save_hf: tensor {name!r} has shape {a.shape}, planned {tuple(shape)}")
-            f.write(a.tobytes())
+            f.write(memoryview(a.reshape(-1).view(np.uint8)))   # no bytes copy of the tensor
             del a
     return offset
+
+
+class _MemoryReader(_SourceReader):
+    """``_SourceReader`` over in-memory HF-named arrays (a weight update sent over the wire)."""
+
+    def __init__(self, arrays: dict):
+        super().__init__({k: TensorInfo("<memory>", "", tuple(np.shape(v)), 0, 0) for k, v in arrays.items()},
+                         "model.")
+        self.arrays = arrays
+
+    def read(self, name: str, our_path: str, rows=None) -> np.ndarray:
+        self.info(name, our_path)
+        self.used.add(name)
+        a = np.asarray(self.arrays[name])
+        return a if rows is None else a[rows]
+
+
+def _layer_names(src: ParamSource) -> list:
+    return [src.hf_name if src.layers is None else src.hf_name.format(layer=l) for l in (src.layers or (None,))]
+
+
+def _source_names(src: ParamSource, cfg: Qwen3_5Config, arrays: dict) -> list:
+    """The HF tensor names parameter ``src`` is built from (per-expert names for MoE experts
+    given that way)."""
+    names = _layer_names(src)
+    if src.kind == "plain":
+        return names
+    parts = ("gate_proj", "up_proj") if src.kind == "gate_up" else ("down_proj",)
+    out = []
+    for n in names:
+        base = n.rsplit(".", 1)[0]
+        out += [n] if n in arrays else [f"{base}.{x}.{q}.weight" for x in range(cfg.num_experts) for q in parts]
+    return out
+
+
+def state_from_hf_tensors(model: Qwen3_5ForCausalLM, arrays: dict) -> tuple[nnx.State, set]:
+    """``model``'s parameter state with every parameter whose HF tensors are all in ``arrays``
+    (``{hf_name: array}``, the names ``save_hf`` writes) replaced, in the parameter's dtype and
+    sharding; the others are kept. Returns ``(state, names used)``: a parameter only partly
+    covered (some layers of a stacked one) is left for a later call. Names the model does not
+    have, or wrong shapes, raise ``CheckpointError``."""
+    cfg = model.config
+    reader = _MemoryReader(arrays)
+    state = nnx.state(model, nnx.Param)
+    flat = nnx.to_flat_state(state)
+    table = {s.path: s for s in param_mapping(cfg, [p for p, _ in flat])}
+    known, leaves = set(), []
+    for p, var in flat:
+        src = table[tuple(p)]
+        needed = _source_names(src, cfg, arrays)
+        known.update(_layer_names(src), _source_names(src, cfg, {}))
+        if not all(reader.has(n) for n in needed):
+            leaves.append((p, var))
+            continue
+        cur = var[...]
+        cb = _build_callback(reader, src, cfg, cur.shape, np.dtype(cur.dtype))
+        leaves.append((p, var.replace(jax.make_array_from_callback(cur.shape, cur.sharding, cb))))
+    unknown = sorted(set(arrays) - known)
+    if unknown:
+        raise CheckpointError(f"weight update names {len(unknown)} tensors the model does not have, e.g. "
+                              f"{unknown[:3]}; send the names save_hf writes (model.layers.N...)")
+    return nnx.from_flat_state(leaves), set(reader.used)

@@ -2,8 +2,9 @@
 
 Field names follow Hugging Face's ``Qwen3_5TextConfig`` / ``Qwen3_5MoeTextConfig`` so that
 ``from_hf``/``to_hf_dict`` are nearly the identity. Runtime knobs that HF does not have
-(``scan_layers``, ``remat``, ``gdn_chunk_size``, ``attention_impl``, ...) live here too, with
-defaults that never change numerics (implementations agree to float rounding).
+(``scan_layers``, ``remat``, ``gdn_chunk_size``, ``attention_impl``, the Gated DeltaNet and MoE
+kernel choices ``gdn_impl`` / ``moe_*``, ...) live here too, with defaults that never change numerics
+(implementations agree to float rounding; a MoE capacity factor > 0 drops tokens, counted).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 import os
 from typing import Any, Mapping, Optional, Union
 
-from . import attention
+from . import attention, moe
 
 LINEAR = "linear_attention"
 FULL = "full_attention"
@@ -28,6 +29,7 @@ SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 #   dots     recompute each layer, but keep the outputs of its weight matmuls (no batch dims)
 #   offload  as full, with each layer's input kept in host memory (pinned_host), not on the device
 REMAT_POLICIES = ("none", "full", "dots", "offload")
+GDN_IMPLS = ("jnp", "pallas")                 # gated delta rule: kernels.py (lax.scan) | gdn_pallas.py
 
 
 class ConfigError(ValueError):
@@ -81,6 +83,11 @@ class Qwen3_5Config:
     attention_block_q: int = 0              # attention query tile (0 = the implementation's default)
     attention_block_kv: int = 0             # attention key/value tile (0 = the implementation's default)
     reduce_scatter_dtype: str = "float32"   # dtype gradients of FSDP-gathered weights are reduce-scattered in ("float32" | "bfloat16")
+    gdn_impl: str = "jnp"                   # "jnp" (kernels.py lax.scan rule) | "pallas" (gdn_pallas.py kernels; interpret mode on CPU)
+    moe_impl: str = "auto"                  # "auto" (ep on a multi-device mesh, else sorted) | "ep" | "sorted" | "dense" (moe.py)
+    moe_capacity_factor: float = 0.0        # ep: rows per destination device = factor * local rows / ep (0 = dropless: exact)
+    moe_dispatch: str = "all_to_all"        # ep: "all_to_all" (padded, runs everywhere) | "ragged" (ragged_all_to_all: TPU/GPU only)
+    moe_gmm: str = "auto"                   # grouped matmul: "auto" (ragged_dot on TPU, else blocked) | "ragged_dot" | "blocked"
 
     def __post_init__(self):
         lt = tuple(self.layer_types) or default_layer_types(self.num_hidden_layers)
@@ -144,6 +151,12 @@ class Qwen3_5Config:
             bad("reduce_scatter_dtype", f"{self.reduce_scatter_dtype!r}; use 'float32' or 'bfloat16'")
         if self.gdn_chunk_size < 1:
             bad("gdn_chunk_size", f"{self.gdn_chunk_size} must be >= 1")
+        for field, allowed in (("gdn_impl", GDN_IMPLS), ("moe_impl", moe.IMPLS), ("moe_dispatch", moe.DISPATCHES),
+                               ("moe_gmm", moe.GMMS)):
+            if getattr(self, field) not in allowed:
+                bad(field, f"{getattr(self, field)!r}; use one of {', '.join(map(repr, allowed))}")
+        if not self.moe_capacity_factor >= 0:
+            bad("moe_capacity_factor", f"{self.moe_capacity_factor} must be >= 0 (0 = dropless)")
         if self.hidden_act != "silu":
             bad("hidden_act", f"{self.hidden_act!r} is not supported; Qwen3.5 uses 'silu'")
 

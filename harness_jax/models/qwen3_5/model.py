@@ -12,6 +12,7 @@ so compile time does not grow with depth.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
@@ -22,8 +23,11 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import attention as A
+from . import gdn_pallas
 from . import kernels as K
-from .cache import Qwen3_5Cache
+from . import moe as moe_lib
+from . import paged_attention as PA
+from .cache import Qwen3_5Cache, Qwen3_5PagedCache
 from .config import FULL, LINEAR, Qwen3_5Config
 
 from harness_jax import sharding as shd
@@ -110,13 +114,35 @@ class LayerCtx:
     sin_BTR: Array
     seg_start_BT: Optional[Array] = None     # packed forward: GDN resets
     segment_ids_BT: Optional[Array] = None   # cache-free forward: attention stays inside a segment (None: one per row)
-    q_positions_BT: Optional[Array] = None   # cache path: cache slot of each new token; attention sees slots <= it
-    write_pos_BT: Optional[Array] = None     # cache path: slot of each new token (>= max_len: drop)
+    q_positions_BT: Optional[Array] = None   # cache path: position of each new token; attention sees positions <= it
+                                             # (paged cache: -1 for padding tokens)
+    write_pos_BT: Optional[Array] = None     # cache path: position of each new token (>= max_len: drop)
     valid_BT: Optional[Array] = None         # cache path: token t < num_new_B[b]
     num_new_B: Optional[Array] = None
+    token_mask_BT: Optional[Array] = None    # tokens the MoE routers count and dispatch (None: valid_BT, else all)
+    slots_B: Optional[Array] = None          # cache path: cache slot of each row (None: row b = slot b;
+                                             # an out-of-range slot is a padding row: reads 0, writes dropped)
+    block_tables_BM: Optional[Array] = None  # paged cache: page ids of each row's slot
+    kv_lens_B: Optional[Array] = None        # paged cache: each row's length after this call
     decode: bool = struct.field(pytree_node=False, default=False)  # T == 1 with cache
+    paged_impl: str = struct.field(pytree_node=False, default="auto")  # paged_attention impl (paged cache)
     mesh: Optional[jax.sharding.Mesh] = struct.field(pytree_node=False, default=None)  # the model's mesh (set_mesh)
     rules: Optional[tuple] = struct.field(pytree_node=False, default=None)            # its logical-axis rules
+
+
+def _rows_of(a_L, j, slots_B):
+    """Entry ``j`` of a stacked per-slot cache array, for the rows of this call."""
+    if slots_B is None:
+        return a_L[j]
+    return jnp.take(a_L[j], slots_B, axis=0, mode="fill", fill_value=0)
+
+
+def _set_rows(a_L, j, slots_B, new):
+    """Writes the rows' new values into entry ``j`` (padding rows' writes are dropped)."""
+    new = new.astype(a_L.dtype)
+    if slots_B is None:
+        return a_L.at[j].set(new)
+    return a_L.at[j, slots_B].set(new, mode="drop")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +187,7 @@ class GatedDeltaNet(nnx.Module):
                 raise ValueError(f"Qwen3_5Cache.state_LBNAE is {state_L.dtype}; the Gated DeltaNet recurrent "
                                  "state must be float32 whatever the compute dtype (build caches with "
                                  "qwen3_5.init_cache)")
-            conv_state, rec_state = conv_L[slot], state_L[slot]
+            conv_state, rec_state = _rows_of(conv_L, slot, ctx.slots_B), _rows_of(state_L, slot, ctx.slots_B)
         y_BTC = K.causal_conv1d(qkv_BTC, w_CW, seg_start_BT=ctx.seg_start_BT, state_BCW=conv_state)
         kd = cfg.linear_key_dim
         q_BTKA = y_BTC[..., :kd].reshape(B, T, Kh, A)
@@ -171,20 +197,34 @@ class GatedDeltaNet(nnx.Module):
         if ctx.valid_BT is not None:  # right-padding of a ragged extend: leave the state alone
             beta_BTN = jnp.where(ctx.valid_BT[..., None], beta_BTN, 0.0)
             g_BTN = jnp.where(ctx.valid_BT[..., None], g_BTN, 0.0)
-        if ctx.decode:
-            o_BTNE, new_state = K.recurrent_gated_delta_rule(
-                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state, seg_start_BT=ctx.seg_start_BT)
-        else:
-            o_BTNE, new_state = K.chunk_gated_delta_rule(
-                q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, state_BNAE=rec_state,
-                seg_start_BT=ctx.seg_start_BT, chunk_size=cfg.gdn_chunk_size)
+        o_BTNE, new_state = gdn_rule(cfg, ctx)(q_BTKA, k_BTKA, v_BTNE, g_BTN, beta_BTN, rec_state, ctx.seg_start_BT)
         o_BTNE = self.norm(o_BTNE.astype(self.dtype), z_BTNE)
         out_BTD = self.out_proj(o_BTNE.reshape(B, T, N * E))
         if cache is None:
             return out_BTD, None
         new_conv = K.conv_state_after(qkv_BTC, conv_state, ctx.num_new_B)
-        return out_BTD, (conv_L.at[slot].set(new_conv.astype(conv_L.dtype)),
-                         state_L.at[slot].set(new_state.astype(state_L.dtype)))
+        return out_BTD, (_set_rows(conv_L, slot, ctx.slots_B, new_conv),
+                         _set_rows(state_L, slot, ctx.slots_B, new_state))
+
+
+def gdn_rule(cfg: Qwen3_5Config, ctx: LayerCtx):
+    """The gated delta rule this call uses, as ``f(q, k, v, g, beta, state, seg_start) -> (o, state)``:
+    ``cfg.gdn_impl`` "jnp" (``kernels``: chunked, recurrent for decode) or "pallas" (``gdn_pallas``:
+    the chunk-walking kernels, the fused decode step; under a mesh, one kernel call per shard)."""
+    if cfg.gdn_impl == "jnp":
+        if ctx.decode:
+            return lambda q, k, v, g, b, s, st: K.recurrent_gated_delta_rule(q, k, v, g, b, state_BNAE=s,
+                                                                           seg_start_BT=st)
+        return lambda q, k, v, g, b, s, st: K.chunk_gated_delta_rule(q, k, v, g, b, state_BNAE=s, seg_start_BT=st,
+                                                                   chunk_size=cfg.gdn_chunk_size)
+    if ctx.decode:
+        fn = lambda q, k, v, g, b, s, st: gdn_pallas.decode_step(q, k, v, g, b, state_BNAE=s, seg_start_BT=st)
+    else:
+        # layers rematerialised in the backward recompute their forward anyway: keep its chunk states
+        res = "recompute" if cfg.remat == "none" else "states"
+        fn = lambda q, k, v, g, b, s, st: gdn_pallas.chunk_gated_delta_rule(
+            q, k, v, g, b, state_BNAE=s, seg_start_BT=st, chunk_size=cfg.gdn_chunk_size, residuals=res)
+    return gdn_pallas.on_mesh(fn, ctx.mesh, ctx.rules)
 
 
 class Attention(nnx.Module):
@@ -217,22 +257,45 @@ class Attention(nnx.Module):
         new_cache = None
         if cache is None:
             k_BSKH, v_BSKH = k_BTKH, v_BTKH
+        elif ctx.block_tables_BM is not None:
+            o_BTNH, new_cache = self._paged(q_BTNH, k_BTKH, v_BTKH, ctx, cache)
         else:
             # cache: (k_LBSKH, v_LBSKH, slot) -- the stacked arrays of every attention layer; the
             # new tokens are scattered straight into them (in place when the cache is donated;
             # no per-layer copy of the whole [B, S, K, H] slab)
             k_LBSKH, v_LBSKH, slot = cache
-            b_BT = jnp.broadcast_to(jnp.arange(B)[:, None], (B, T))
-            k_LBSKH = k_LBSKH.at[slot, b_BT, ctx.write_pos_BT].set(k_BTKH.astype(k_LBSKH.dtype), mode="drop")
-            v_LBSKH = v_LBSKH.at[slot, b_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_LBSKH.dtype), mode="drop")
+            rows = jnp.arange(B) if ctx.slots_B is None else ctx.slots_B
+            r_BT = jnp.broadcast_to(rows[:, None], (B, T))
+            k_LBSKH = k_LBSKH.at[slot, r_BT, ctx.write_pos_BT].set(k_BTKH.astype(k_LBSKH.dtype), mode="drop")
+            v_LBSKH = v_LBSKH.at[slot, r_BT, ctx.write_pos_BT].set(v_BTKH.astype(v_LBSKH.dtype), mode="drop")
             new_cache = (k_LBSKH, v_LBSKH)
-            k_BSKH, v_BSKH = k_LBSKH[slot].astype(self.dtype), v_LBSKH[slot].astype(self.dtype)
-        o_BTNH = A.attention(q_BTNH, k_BSKH, v_BSKH, impl=cfg.attention_impl, scale=H ** -0.5,
-                             segment_ids_BT=ctx.segment_ids_BT, q_positions_BT=ctx.q_positions_BT,
-                             block_q=cfg.attention_block_q, block_kv=cfg.attention_block_kv,
-                             mesh=ctx.mesh, rules=ctx.rules)
+            k_BSKH = _rows_of(k_LBSKH, slot, ctx.slots_B).astype(self.dtype)
+            v_BSKH = _rows_of(v_LBSKH, slot, ctx.slots_B).astype(self.dtype)
+        if ctx.block_tables_BM is None:
+            o_BTNH = A.attention(q_BTNH, k_BSKH, v_BSKH, impl=cfg.attention_impl, scale=H ** -0.5,
+                                 segment_ids_BT=ctx.segment_ids_BT, q_positions_BT=ctx.q_positions_BT,
+                                 block_q=cfg.attention_block_q, block_kv=cfg.attention_block_kv,
+                                 mesh=ctx.mesh, rules=ctx.rules)
         o_BTF = o_BTNH.reshape(B, T, Nh * H) * jax.nn.sigmoid(gate_BTNH.reshape(B, T, Nh * H))
         return self.o_proj(o_BTF), new_cache
+
+    def _paged(self, q_BTNH, k_BTKH, v_BTKH, ctx: LayerCtx, cache):
+        """Paged cache: scatter the new keys/values into the rows' pages (padding tokens and
+        padding rows are dropped), then ragged paged attention over each row's pages."""
+        k_LPZKH, v_LPZKH, slot = cache
+        L, P, Z, Kv, H = k_LPZKH.shape
+        M = ctx.block_tables_BM.shape[1]
+        page_BT = jnp.take_along_axis(ctx.block_tables_BM, jnp.clip(ctx.write_pos_BT // Z, 0, M - 1), axis=1)
+        flat_BT = jnp.where(ctx.q_positions_BT >= 0, page_BT * Z + ctx.write_pos_BT % Z, P * Z)   # P*Z: dropped
+
+        def put(a_LPZKH, x_BTKH):
+            a = a_LPZKH.reshape(L, P * Z, Kv, H).at[slot, flat_BT].set(x_BTKH.astype(a_LPZKH.dtype), mode="drop")
+            return a.reshape(L, P, Z, Kv, H)
+
+        k_LPZKH, v_LPZKH = put(k_LPZKH, k_BTKH), put(v_LPZKH, v_BTKH)
+        o_BTNH = PA.paged_attention(q_BTNH, k_LPZKH[slot], v_LPZKH[slot], ctx.block_tables_BM, ctx.kv_lens_B,
+                                    ctx.q_positions_BT, scale=H ** -0.5, impl=ctx.paged_impl)
+        return o_BTNH, (k_LPZKH, v_LPZKH)
 
 
 class MLP(nnx.Module):
@@ -263,12 +326,12 @@ class Router(nnx.Module):
 
 
 class SparseMoeBlock(nnx.Module):
-    """Top-k routed experts plus a sigmoid-gated shared expert (Qwen3.5-MoE)."""
+    """Top-k routed experts plus a sigmoid-gated shared expert (Qwen3.5-MoE); the routed part is
+    ``moe.routed_experts`` (``cfg.moe_impl``: expert parallel on a multi-device mesh)."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, impl: str = "sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
         self.cfg = cfg
         self.dtype = dtype
-        self.impl = impl
         self.gate = Router(cfg, rngs=rngs, param_dtype=param_dtype)
         self.experts = Experts(cfg, rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.shared_expert = MLP(cfg, cfg.shared_expert_intermediate_size, rngs=rngs, dtype=dtype,
@@ -276,19 +339,29 @@ class SparseMoeBlock(nnx.Module):
         self.shared_expert_gate = Linear(cfg.hidden_size, 1, (None, "embed"), rngs=rngs,
                                          std=cfg.initializer_range, dtype=dtype, param_dtype=param_dtype)
 
-    def __call__(self, x_BTD):
+    def __call__(self, x_BTD, ctx: Optional[LayerCtx] = None):
+        """``(out_BTD, moe.MoeStats)``."""
+        cfg = self.cfg
         B, T, D = x_BTD.shape
         x_SD = x_BTD.reshape(B * T, D).astype(self.dtype)
-        _, w_SK, idx_SK = K.route_topk(x_SD, self.gate.weight[...].astype(self.dtype),
-                                       self.cfg.num_experts_per_tok, self.cfg.norm_topk_prob)
-        routed_SD = K.moe_experts(x_SD, w_SK, idx_SK, self.experts.gate_up_proj[...].astype(self.dtype),
-                                  self.experts.down_proj[...].astype(self.dtype), impl=self.impl)
+        mask = mesh = rules = None
+        if ctx is not None:
+            mask = ctx.token_mask_BT if ctx.token_mask_BT is not None else ctx.valid_BT
+            mesh = ctx.mesh
+        if mesh is not None:   # the layer's weights arrive gathered over the FSDP axes (_run_layer)
+            rules = shd.gathered_rules(ctx.rules)
+        routed_SD, stats = moe_lib.routed_experts(
+            x_SD, self.gate.weight[...].astype(self.dtype), self.experts.gate_up_proj[...].astype(self.dtype),
+            self.experts.down_proj[...].astype(self.dtype), top_k=cfg.num_experts_per_tok,
+            renormalize=cfg.norm_topk_prob, impl=cfg.moe_impl, mesh=mesh, rules=rules,
+            mask_S=None if mask is None else mask.reshape(-1),
+            capacity_factor=cfg.moe_capacity_factor, dispatch=cfg.moe_dispatch, gmm=cfg.moe_gmm)
         shared_SD = jax.nn.sigmoid(self.shared_expert_gate(x_SD)) * self.shared_expert(x_SD)
-        return (routed_SD + shared_SD).reshape(B, T, D)
+        return (routed_SD + shared_SD).reshape(B, T, D), stats
 
 
 class DecoderLayer(nnx.Module):
-    def __init__(self, cfg: Qwen3_5Config, layer_type: str, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+    def __init__(self, cfg: Qwen3_5Config, layer_type: str, *, rngs, dtype, param_dtype):
         kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         self.layer_type = layer_type
         if layer_type == LINEAR:
@@ -296,18 +369,51 @@ class DecoderLayer(nnx.Module):
         else:
             self.self_attn = Attention(cfg, **kw)
         if cfg.is_moe:
-            self.mlp = SparseMoeBlock(cfg, impl=moe_impl, **kw)
+            self.mlp = SparseMoeBlock(cfg, **kw)
         else:
             self.mlp = MLP(cfg, cfg.intermediate_size, **kw)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=param_dtype)
 
     def __call__(self, x_BTD, ctx: LayerCtx, cache=None):
+        """``(x_BTD, new cache, moe.MoeStats or None)``."""
         mixer = self.linear_attn if self.layer_type == LINEAR else self.self_attn
+        if isinstance(x_BTD, tuple):
+            return self._call_groups(mixer, x_BTD, ctx, cache)
         h_BTD, new_cache = mixer(self.input_layernorm(x_BTD), ctx, cache)
         x_BTD = x_BTD + h_BTD
-        x_BTD = x_BTD + self.mlp(self.post_attention_layernorm(x_BTD))
-        return x_BTD, new_cache
+        stats = None
+        if isinstance(self.mlp, SparseMoeBlock):
+            m_BTD, stats = self.mlp(self.post_attention_layernorm(x_BTD), ctx)
+        else:
+            m_BTD = self.mlp(self.post_attention_layernorm(x_BTD))
+        return x_BTD + m_BTD, new_cache, stats
+
+    def _call_groups(self, mixer, xs, ctxs, cache):
+        """Row groups of one call (an engine step: decode rows ``[B, 1]`` next to prefill rows
+        ``[B', T]``), each with its own ``LayerCtx``: the mixer runs per group over the shared
+        cache (one group's writes are visible to the next), the MLP once over all their tokens (an MoE
+        block routes only their valid tokens). ``(tuple of x_BTD, new cache, moe.MoeStats or None)``."""
+        hs = []
+        for x_BTD, ctx in zip(xs, ctxs):
+            h_BTD, new = mixer(self.input_layernorm(x_BTD), ctx, cache)
+            cache = (new[0], new[1], cache[2])
+            hs.append(x_BTD + h_BTD)
+        x_1ND = jnp.concatenate([h.reshape(1, -1, h.shape[-1]) for h in hs], axis=1)
+        stats = None
+        if isinstance(self.mlp, SparseMoeBlock):
+            # the routers count and dispatch every group's valid tokens (not the right-padding)
+            mask_1N = jnp.concatenate([c.valid_BT.reshape(1, -1) for c in ctxs], axis=1)
+            m_1ND, stats = self.mlp(self.post_attention_layernorm(x_1ND), ctxs[0].replace(token_mask_BT=mask_1N))
+        else:
+            m_1ND = self.mlp(self.post_attention_layernorm(x_1ND))
+        x_1ND = x_1ND + m_1ND
+        out, i = [], 0
+        for h in hs:
+            n = h.shape[0] * h.shape[1]
+            out.append(x_1ND[0, i:i + n].reshape(h.shape))
+            i += n
+        return tuple(out), cache[:2], stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,23 +428,68 @@ def layer_cycle(layer_types) -> int:
     return n
 
 
-LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input (remat "offload")
+LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input ("dots" keeps it too)
 
 
 def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy of a ``Qwen3_5Config.remat`` name (None for "none")."""
+    """The ``jax.checkpoint`` policy of remat "dots" (None for "none"). "full" and "offload" are
+    ``ordered_remat`` (they keep only the layer input, and recompute in order)."""
     cp = jax.checkpoint_policies
     if name == "none":
         return None
-    if name == "full":
-        return cp.nothing_saveable
     if name == "dots":
         return cp.dots_with_no_batch_dims_saveable
-    if name == "offload":
-        return cp.save_and_offload_only_these_names(
-            names_which_can_be_saved=[], names_which_can_be_offloaded=[LAYER_INPUT],
-            offload_src="device", offload_dst="pinned_host")
+    if name in ("full", "offload"):
+        return cp.nothing_saveable
     raise ValueError(f"remat {name!r}: use one of none, full, dots, offload")
+
+
+def _after(x, g):
+    """``x``, made data-dependent on the cotangent ``g`` (plus ``0 * tanh(g[0])``: exact, and
+    finite for any finite or infinite ``g``), so no scheduler can start the recomputation early."""
+    g0 = g.reshape(-1)[0].astype(jnp.float32)
+    return x + (0.0 * jnp.tanh(g0)).astype(x.dtype)
+
+
+def ordered_remat(run, offload: bool = False):
+    """``run(static, state, x, ctx, None)`` rematerialised in the backward pass, keeping only the
+    layer input ``x`` (and, with ``offload``, keeping it in pinned host memory).
+
+    Unlike ``jax.checkpoint``, the recomputation waits for the cotangent of the layer's output
+    (``_after``). With ``jax.checkpoint`` every recomputation in a scanned layer cycle depends
+    only on saved inputs, so XLA may run them all before the cycle's first backward: XLA:CPU
+    recomputed the three Gated DeltaNet layers of a Qwen3.5 cycle side by side (an
+    ``optimization_barrier`` does not survive its pipeline). Here one layer's activations are
+    alive at a time. The layer's MoE router statistics (None for a dense layer) come out beside
+    its output and are differentiated through the same recomputation."""
+    def fwd_only(static, state, x, ctx):
+        out, _, stats = run(static, state, x, ctx, None)
+        return out, stats
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+    def layer(static, state, x, ctx):
+        return fwd_only(static, state, x, ctx)
+
+    def fwd(static, state, x, ctx):
+        saved = jax.device_put(x, jax.memory.Space.Host) if offload else x
+        return fwd_only(static, state, x, ctx), (state, saved, ctx)
+
+    def bwd(static, res, g):
+        state, x, ctx = res
+        if offload:
+            x = jax.device_put(x, jax.memory.Space.Device)
+        x = _after(x, g[0])
+        _, vjp = jax.vjp(lambda s, x, c: fwd_only(static, s, x, c), state, x, ctx)
+        return vjp(g)
+
+    layer.defvjp(fwd, bwd)
+
+    def call(static, state, x, ctx, cache):
+        if cache is not None:          # the engine's cached calls are never differentiated
+            return run(static, state, x, ctx, cache)
+        out, stats = layer(static, state, x, ctx)
+        return out, None, stats
+    return call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,8 +505,9 @@ class WeightPlan:
 def _run_layer(static, state, x_BTD, ctx, cache):
     graphdef, plan = static
     x_BTD = checkpoint_name(x_BTD, LAYER_INPUT)
-    if ctx.mesh is not None:
-        state = shd.gather_params_for_compute(state, ctx.mesh, ctx.rules, plan.compute_dtype)
+    c0 = ctx[0] if isinstance(ctx, tuple) else ctx     # row groups (an engine step) share mesh and rules
+    if c0.mesh is not None:
+        state = shd.gather_params_for_compute(state, c0.mesh, c0.rules, plan.compute_dtype)
     layer = nnx.merge(graphdef, state)
     with K.weight_grad_dtype(plan.reduce_dtype):
         return layer(x_BTD, ctx, cache)
@@ -364,12 +516,12 @@ def _run_layer(static, state, x_BTD, ctx, cache):
 class TextModel(nnx.Module):
     """``model.*`` of HF: embeddings, decoder layers, final norm."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype, moe_impl="sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs, dtype, param_dtype):
         self.cfg = cfg
         self.dtype = dtype
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, std=cfg.initializer_range,
                                   dtype=dtype, param_dtype=param_dtype)
-        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        kw = dict(rngs=rngs, dtype=dtype, param_dtype=param_dtype)
         if cfg.scan_layers:
             p = layer_cycle(cfg.layer_types)
             n_cycles = cfg.num_hidden_layers // p
@@ -397,6 +549,8 @@ class TextModel(nnx.Module):
         """
         if self.mesh is None:
             return x
+        if isinstance(x, tuple):
+            return tuple(self.constrain(a) for a in x)
         spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
@@ -423,10 +577,15 @@ class TextModel(nnx.Module):
 
     # -------------------------------------------------------------------------------------
     def decoder(self, x_BTD, ctx: LayerCtx, cache: Optional[Qwen3_5Cache] = None):
-        """Run all decoder layers (unrolled or scanned, with optional remat)."""
+        """Run all decoder layers (unrolled or scanned, with optional remat):
+        ``(x_BTD, new cache or None, moe.MoeStats summed over layers or None)``."""
         cfg = self.cfg
+        stats = moe_lib.MoeStats.zeros(cfg.num_experts) if cfg.is_moe else None
+        add = (lambda a, b: a if b is None else a + b)
         run = _run_layer
-        if cfg.remat != "none":
+        if cfg.remat in ("full", "offload"):
+            run = ordered_remat(_run_layer, offload=cfg.remat == "offload")
+        elif cfg.remat != "none":
             run = jax.checkpoint(_run_layer, static_argnums=(0,), policy=remat_policy(cfg.remat))
         plan = WeightPlan(jnp.dtype(self.dtype), jnp.dtype(cfg.reduce_scatter_dtype))
         slots = _slots(cfg.layer_types)
@@ -435,10 +594,11 @@ class TextModel(nnx.Module):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else _layer_cache(cache, t, slots[i])
                 gd, st = nnx.split(layer)
-                x_BTD, nc = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
+                stats = add(stats, ls)
                 if cache is not None:
                     cache = _set_layer_cache(cache, t, nc)
-            return x_BTD, cache
+            return x_BTD, cache, stats
         p = len(self.cycles)
         types = cfg.layer_types[:p]
         n_cycles = cfg.num_hidden_layers // p
@@ -449,10 +609,12 @@ class TextModel(nnx.Module):
         if cache is not None:
             def cyc(a, per):  # [n_layers_of_type, ...] -> [n_cycles, per, ...]
                 return a.reshape((n_cycles, per) + a.shape[1:])
-            cache_xs = (cyc(cache.k_LBSKH, n_full_c), cyc(cache.v_LBSKH, n_full_c),
+            k_L, v_L = _kv(cache)
+            cache_xs = (cyc(k_L, n_full_c), cyc(v_L, n_full_c),
                         cyc(cache.conv_LBCW, n_lin_c), cyc(cache.state_LBNAE, n_lin_c))
 
-        def body(x_BTD, xs):
+        def body(carry, xs):
+            x_BTD, stats = carry
             states, cxs = xs   # cxs: this cycle's cache arrays, [per-cycle layers of a type, ...]
             fi = li = 0
             for j in range(p):
@@ -462,7 +624,8 @@ class TextModel(nnx.Module):
                     lc = (cxs[0], cxs[1], fi)
                 else:
                     lc = (cxs[2], cxs[3], li)
-                x_BTD, nc = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
+                stats = add(stats, ls)
                 if cxs is not None:
                     if types[j] == FULL:
                         cxs = (nc[0], nc[1]) + cxs[2:]
@@ -470,14 +633,14 @@ class TextModel(nnx.Module):
                     else:
                         cxs = cxs[:2] + (nc[0], nc[1])
                         li += 1
-            return x_BTD, cxs
+            return (x_BTD, stats), cxs
 
-        x_BTD, ys = jax.lax.scan(body, x_BTD, (tuple(sts), cache_xs))
+        (x_BTD, stats), ys = jax.lax.scan(body, (x_BTD, stats), (tuple(sts), cache_xs))
         if cache is None:
-            return x_BTD, None
+            return x_BTD, None, stats
         flat = [y.reshape((-1,) + y.shape[2:]) for y in ys]
-        return x_BTD, dataclasses.replace(cache, k_LBSKH=flat[0], v_LBSKH=flat[1], conv_LBCW=flat[2],
-                                          state_LBNAE=flat[3])
+        return (x_BTD, dataclasses.replace(_with_kv(cache, flat[0], flat[1]), conv_LBCW=flat[2],
+                                           state_LBNAE=flat[3]), stats)
 
 
 def _slots(layer_types):
@@ -490,17 +653,30 @@ def _slots(layer_types):
     return out
 
 
-def _layer_cache(cache: Qwen3_5Cache, t, slot):
+def _kv(cache):
+    """The stacked key/value arrays of either cache kind."""
+    if isinstance(cache, Qwen3_5PagedCache):
+        return cache.k_LPZKH, cache.v_LPZKH
+    return cache.k_LBSKH, cache.v_LBSKH
+
+
+def _with_kv(cache, k, v):
+    if isinstance(cache, Qwen3_5PagedCache):
+        return dataclasses.replace(cache, k_LPZKH=k, v_LPZKH=v)
+    return dataclasses.replace(cache, k_LBSKH=k, v_LBSKH=v)
+
+
+def _layer_cache(cache, t, slot):
     """What a layer's mixer gets: the stacked arrays of its layer type and its index in them
     (the mixer updates its own entry in place instead of returning a per-layer copy)."""
     if t == FULL:
-        return cache.k_LBSKH, cache.v_LBSKH, slot
+        return _kv(cache) + (slot,)
     return cache.conv_LBCW, cache.state_LBNAE, slot
 
 
-def _set_layer_cache(cache: Qwen3_5Cache, t, new):
+def _set_layer_cache(cache, t, new):
     if t == FULL:
-        return dataclasses.replace(cache, k_LBSKH=new[0], v_LBSKH=new[1])
+        return _with_kv(cache, new[0], new[1])
     return dataclasses.replace(cache, conv_LBCW=new[0], state_LBNAE=new[1])
 
 
@@ -510,11 +686,10 @@ def _set_layer_cache(cache: Qwen3_5Cache, t, new):
 class Qwen3_5ForCausalLM(nnx.Module):
     """Qwen3.5 causal LM. ``model(ids)`` -> logits; ``extend`` appends to a generation cache."""
 
-    def __init__(self, cfg: Qwen3_5Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32,
-                 moe_impl: str = "sorted"):
+    def __init__(self, cfg: Qwen3_5Config, *, rngs: nnx.Rngs, dtype=jnp.float32, param_dtype=jnp.float32):
         self.config = cfg
         self.dtype = jnp.dtype(dtype)
-        self.model = TextModel(cfg, rngs=rngs, dtype=self.dtype, param_dtype=param_dtype, moe_impl=moe_impl)
+        self.model = TextModel(cfg, rngs=rngs, dtype=self.dtype, param_dtype=param_dtype)
         if cfg.tie_word_embeddings:
             self.lm_head = None
         else:
@@ -540,6 +715,12 @@ class Qwen3_5ForCausalLM(nnx.Module):
         restart per segment (unless given) and the GDN conv/recurrent state resets at segment
         starts. ``positions``: ``[B, T]`` or ``[3, B, T]`` (multimodal RoPE streams).
         """
+        return self.hidden_states_with_router_stats(input_ids_BT, segment_ids, positions)[0]
+
+    def hidden_states_with_router_stats(self, input_ids_BT, segment_ids=None, positions=None, token_mask=None):
+        """``(hidden_states, moe.MoeStats summed over the MoE layers, or None for a dense model)``;
+        ``token_mask [B, T]`` (bool): the tokens the routers count and send to experts (padding
+        is left out of the load-balancing statistics and of expert capacity; None: all)."""
         cfg = self.config
         input_ids_BT = jnp.asarray(input_ids_BT)
         if input_ids_BT.ndim != 2:
@@ -560,10 +741,11 @@ class Qwen3_5ForCausalLM(nnx.Module):
                                   cfg.mrope_interleaved)
         ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, seg_start_BT=seg_start,
                        segment_ids_BT=None if segment_ids is None else seg_BT, mesh=self.model.mesh,
-                       rules=self.model.rules)
+                       rules=self.model.rules,
+                       token_mask_BT=None if token_mask is None else jnp.asarray(token_mask, bool))
         x_BTD = self.model.embed(input_ids_BT)
-        x_BTD, _ = self.model.decoder(x_BTD, ctx)
-        return self.model.constrain(self.model.norm(x_BTD))
+        x_BTD, _, stats = self.model.decoder(x_BTD, ctx)
+        return self.model.constrain(self.model.norm(x_BTD)), stats
 
     def lm_logits(self, hidden_BTD):
         """Logits (fp32) from hidden states; lets callers compute log-probs chunk by chunk. On a
@@ -577,42 +759,77 @@ class Qwen3_5ForCausalLM(nnx.Module):
         return self.lm_logits(self.hidden_states(input_ids_BT, segment_ids, positions))
 
     # -------------------------------------------------------------------------------------
-    def extend(self, input_ids_BT, cache: Qwen3_5Cache, num_new_B=None):
+    def extend(self, input_ids_BT, cache, num_new_B=None, slots_B=None, paged_impl: str = "auto"):
         """Append ``num_new_B[b]`` right-padded tokens to row ``b`` of ``cache``.
 
-        Positions continue from ``cache.lengths_B``; rows with ``num_new_B[b] == 0`` are left
+        Positions continue from the cache's lengths; rows with ``num_new_B[b] == 0`` are left
         untouched. Prefill, single-token decode and multi-turn continuation are the same call.
-        Returns ``(logits_BTV fp32, new cache)``; logits at padded slots are meaningless.
+        ``slots_B``: the cache slot of each row (default: row b is slot b; an out-of-range slot
+        marks a padding row). ``paged_impl``: the ``paged_attention`` implementation (paged
+        caches). Returns ``(logits_BTV fp32, new cache)``; logits at padded slots are meaningless.
         """
-        hidden_BTD, new_cache = self.extend_hidden(input_ids_BT, cache, num_new_B)
+        hidden_BTD, new_cache = self.extend_hidden(input_ids_BT, cache, num_new_B, slots_B, paged_impl)
         return self.lm_logits(hidden_BTD), new_cache
 
-    def extend_hidden(self, input_ids_BT, cache: Qwen3_5Cache, num_new_B=None):
+    def extend_hidden(self, input_ids_BT, cache, num_new_B=None, slots_B=None, paged_impl: str = "auto"):
         """``extend`` without the LM head: ``(final-normed hidden_BTD, new cache)``.
 
         Samplers project only the positions they sample from (one per row), which matters with
         a 248k-token vocabulary: a full ``[B, T, V]`` prefill logit tensor is never built.
         """
+        hidden, new_cache = self.extend_groups_hidden(((input_ids_BT, num_new_B, slots_B),), cache, paged_impl)
+        return hidden[0], new_cache
+
+    def extend_groups_hidden(self, groups, cache, paged_impl: str = "auto"):
+        """Several row groups in one call: ``groups`` is a sequence of ``(input_ids_BT,
+        num_new_B, slots_B)`` (e.g. decode rows ``[B, 1]`` and prefill chunks ``[B', T]``), whose
+        slots are disjoint. Returns ``(tuple of hidden_BTD per group, new cache)``; the layers'
+        projections and MLPs see every group's tokens once (``DecoderLayer._call_groups``)."""
+        ctxs, xs, lengths_B = [], [], cache.lengths_B
+        for ids_BT, num_new_B, slots_B in groups:
+            ids_BT = jnp.asarray(ids_BT)
+            ctx, num_new_B = self._cache_ctx(ids_BT, cache, num_new_B, slots_B, paged_impl)
+            ctxs.append(ctx)
+            xs.append(self.model.embed(ids_BT))
+            lengths_B = (lengths_B + num_new_B if slots_B is None
+                         else lengths_B.at[slots_B].add(num_new_B, mode="drop"))
+        if len(xs) == 1:
+            x_BTD, new_cache, _ = self.model.decoder(xs[0], ctxs[0], cache)
+            hidden = (x_BTD,)
+        else:
+            hidden, new_cache, _ = self.model.decoder(tuple(xs), tuple(ctxs), cache)
+        new_cache = dataclasses.replace(new_cache, lengths_B=lengths_B)
+        return tuple(self.model.norm(h) for h in hidden), new_cache
+
+    def _cache_ctx(self, input_ids_BT, cache, num_new_B, slots_B, paged_impl):
+        """The ``LayerCtx`` of one row group appending to ``cache``; and its ``num_new_B``."""
         cfg = self.config
-        input_ids_BT = jnp.asarray(input_ids_BT)
         B, T = input_ids_BT.shape
-        if cache.lengths_B.shape[0] != B:
-            raise ValueError(f"extend: input batch {B} != cache batch {cache.lengths_B.shape[0]}")
+        if slots_B is None and cache.lengths_B.shape[0] != B:
+            raise ValueError(f"extend: input batch {B} != cache batch {cache.lengths_B.shape[0]}; "
+                             "pass slots_B to address a subset of the cache's slots")
         num_new_B = (jnp.full((B,), T, jnp.int32) if num_new_B is None
                      else jnp.asarray(num_new_B, jnp.int32).reshape(B))
+        if slots_B is not None:
+            slots_B = jnp.asarray(slots_B, jnp.int32).reshape(B)
+        len_B = (cache.lengths_B if slots_B is None
+                 else jnp.take(cache.lengths_B, slots_B, mode="fill", fill_value=0))
         S = cache.max_len
         t_T = jnp.arange(T, dtype=jnp.int32)
-        pos_BT = cache.lengths_B[:, None] + t_T[None, :]
+        pos_BT = len_B[:, None] + t_T[None, :]
         valid_BT = t_T[None, :] < num_new_B[:, None]
         write_BT = jnp.where(valid_BT, pos_BT, S)  # out of range -> dropped
         cos, sin = K.rope_cos_sin(pos_BT, cfg.rotary_dim, cfg.rope_theta, cfg.mrope_section, cfg.mrope_interleaved)
-        ctx = LayerCtx(cos_BTR=cos, sin_BTR=sin, q_positions_BT=pos_BT, write_pos_BT=write_BT,
-                       valid_BT=valid_BT, num_new_B=num_new_B, decode=(T == 1), mesh=self.model.mesh,
-                       rules=self.model.rules)
-        x_BTD = self.model.embed(input_ids_BT)
-        x_BTD, new_cache = self.model.decoder(x_BTD, ctx, cache)
-        new_cache = dataclasses.replace(new_cache, lengths_B=cache.lengths_B + num_new_B)
-        return self.model.norm(x_BTD), new_cache
+        kw = dict(cos_BTR=cos, sin_BTR=sin, write_pos_BT=write_BT, valid_BT=valid_BT, num_new_B=num_new_B,
+                  slots_B=slots_B, decode=(T == 1), paged_impl=paged_impl, mesh=self.model.mesh,
+                  rules=self.model.rules)
+        if isinstance(cache, Qwen3_5PagedCache):
+            bt_BM = (cache.block_tables_BM if slots_B is None
+                     else jnp.take(cache.block_tables_BM, slots_B, axis=0, mode="fill", fill_value=0))
+            # rows feeding nothing have no queries: length 0 keeps paged attention off their pages
+            return LayerCtx(block_tables_BM=bt_BM, kv_lens_B=jnp.where(num_new_B > 0, len_B + num_new_B, 0),
+                            q_positions_BT=jnp.where(valid_BT, pos_BT, -1), **kw), num_new_B
+        return LayerCtx(q_positions_BT=pos_BT, **kw), num_new_B
 
 
 # ---------------------------------------------------------------------------------------------
