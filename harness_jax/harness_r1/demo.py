@@ -22,7 +22,7 @@ sampled held-out patches with Delta_B > 0 rises from after SFT to after GRPO, C2
 held-out Delta_B rises on at least ``most`` of the packets, C3 the valid fraction after GRPO is at
 least 0.8; over the runs, C4 the paired bootstrap interval of (after GRPO - after SFT) over the
 held-out tasks (per task: R^P - R^0 averaged over its packet's samples, then over the runs) lies
-above 0 (``eval.metrics.paired_bootstrap``). Verdict: C1-C3 on at least 2 of 3 runs and C4.
+above 0 (``scoring.paired_bootstrap``). Verdict: C1-C3 on at least 2 of 3 runs and C4.
 Infrastructure-incomplete samples are counted per run and stage.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from harness_jax.harness_r1.pipeline import read_metrics
+from harness_jax.scoring import paired_bootstrap
 
 EVAL_TAGS = (("before_sft", "untrained"), ("after_sft", "sft"), ("final", "grpo"))
 TABLE_ARMS = ("default", "react", "self_refine", "review_hint", "rule", "sft", "grpo")
@@ -236,12 +237,7 @@ def criteria(workdirs: Sequence[str], *, most: int = 4, min_valid: float = 0.8, 
     tasks = sorted(set.intersection(*[set(r["task_deltas"]["sft"]) & set(r["task_deltas"]["grpo"]) for r in runs]))
     a = [float(np.mean([r["task_deltas"]["grpo"][t] for r in runs])) for t in tasks]
     b = [float(np.mean([r["task_deltas"]["sft"][t] for r in runs])) for t in tasks]
-    try:
-        from harness_jax.eval.metrics import paired_bootstrap
-    except ImportError:            # the shared paired-interval helper is not in this tree yet
-        paired_bootstrap = None
-    c4 = (paired_bootstrap(a, b, samples=samples) if paired_bootstrap is not None and tasks
-          else {"unavailable": "harness_jax.eval.metrics.paired_bootstrap is not in this tree"})
+    c4 = paired_bootstrap(a, b, samples=samples) if tasks else {"unavailable": "no held-out task scored in every run"}
     per = {c: sum(r[c] for r in runs) for c in ("C1", "C2", "C3")}
     need = min(2, len(runs))
     verdict = all(v >= need for v in per.values()) and bool(c4.get("ci_low", -1.0) > 0)
