@@ -166,7 +166,7 @@ def read(cls, node, path: str, bad: Bad):
         if v is None and f.default is not None:
             bad(where, v, "must be set", f"set --config.{where}")
             continue
-        if _in_bounds(f.metadata.get("schema"), where, v, bad):
+        if _in_bounds(f.metadata.get("schema"), where, v, bad, integer=tp is int):
             values[f.name] = v
     out = cls(**values)
     check = getattr(out, "check", None)
@@ -175,7 +175,7 @@ def read(cls, node, path: str, bad: Bad):
     return out
 
 
-def _in_bounds(meta, where: str, v, bad: Bad) -> bool:
+def _in_bounds(meta, where: str, v, bad: Bad, integer: bool = False) -> bool:
     if not meta or v is None:
         return True
     choices = meta["choices"]
@@ -187,7 +187,8 @@ def _in_bounds(meta, where: str, v, bad: Bad) -> bool:
             return False
     for bound, ok, words in ((meta["at_least"], lambda b: v >= b, ">="), (meta["above"], lambda b: v > b, ">")):
         if bound is not None and not ok(bound):
-            bad(where, v, f"must be {words} {bound}", meta["fix"] or f"set --config.{where} to a value {words} {bound}")
+            bad(where, v, f"must be {'an integer ' if integer else ''}{words} {bound}",
+                meta["fix"] or f"set --config.{where} to a value {words} {bound}")
             return False
     return True
 

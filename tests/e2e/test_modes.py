@@ -3,7 +3,8 @@
 * asynchronous rollouts with bounded staleness (admission by batches in flight), with the two
   hook points (group post-processor, harness selector) exercised;
 * disaggregated rollouts against ``launch/serve.py`` in a second process, with an HF-export
-  weight sync after every learner step: the server ends up serving exactly the learner's weights.
+  weight sync after every learner step (``rollout.sync_dtype=float32``: the default bf16 export
+  would round them): the server ends up serving exactly the learner's weights.
 """
 import os
 import socket
@@ -132,7 +133,7 @@ def test_disaggregated_against_serve_with_weight_sync_every_step(tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     c = _base(rollout__mode="disaggregated", rollout__server_urls=(url,),
-              rollout__sync_every=1)
+              rollout__sync_every=1, rollout__sync_dtype="float32")   # the fp32 server gets the learner's exact weights
     c.num_steps = 2
     # an untrained policy solves nothing, so GRPO's advantages (and updates) are all zero here;
     # a short SFT warm start (synced to the server as well) guarantees the weights change
