@@ -131,8 +131,8 @@ def test_resume_at_every_stage_and_the_table(tmp_path, monkeypatch):
     assert fin["infra_samples"] == 0 and fin["cross_delta_b"] is not None
     assert summary["reference_rule"]["improved_frac"] > 0
     rc = summary["grpo"]["reward_cache"]                             # over the 2 GRPO steps' metrics
-    assert rc["cache_hits"] + rc["reruns"] == rc["unique_patches"] > 0
-    assert rc["cache_hit_frac"] == rc["cache_hits"] / rc["unique_patches"]
+    assert rc["cache_hits"] + rc["reruns"] == rc["unique_patches"]   # every distinct valid patch: cached or rerun
+    assert rc["cache_hit_frac"] == (rc["cache_hits"] / rc["unique_patches"] if rc["unique_patches"] else 0.0)
     assert summary["reference_rule"]["delta_b"] > 0.1              # the rule-based engineer helps this target
     rows = pipeline.read_metrics(work)
     assert [r["step"] for r in rows if "r1/delta_b_mean" in r] == [1, 2]
