@@ -11,12 +11,17 @@ Reports (JSON lines + a summary table):
     continuation (cached state reused) vs re-prefilling the whole history every turn;
   * ``save_hf`` export, ``load_hf`` reload and in-place ``update_weights`` times, and the SGLang
     sync protocol (pause/flush/update/continue/verify) against the local EngineServer;
+  * ``sync``: the weight sync's file round trip for --preset, the bf16 ``export_hf`` to the
+    memory-backed dir + a bf16 reload vs the fp32 ``save_hf`` + fp32 reload (memory-backed dir
+    and disk);
   * ``workload`` (``engine_workload.py``, one process per engine variant, the same checkpoint):
-    --workload_slots requests of mixed prompt lengths decoding, long prompts arriving mid-decode;
+    --workload_slots - --workload_arrivals requests of mixed prompt lengths decoding, then
+    --workload_arrivals long prompts arriving mid-decode into the free slots;
     tokens/s, TTFT, the longest decode stall while they prefill, KV cache bytes held and used, for
     today's engine (the tree at --baseline_ref, extracted with ``git archive``) and this one
     (contiguous and paged cache, with and without overlap, and paged with a pool the size of the
-    measured peak).
+    measured peak). Every variant of this engine mixes prompt chunks with decode (chunked prefill
+    under a token budget); today's engine prefills in separate steps, stalling decode.
 ``probe(smoke)`` is the accelerator probe's ``engine`` section (``benchmarks/accel_probe.py``).
 """
 from __future__ import annotations
@@ -43,13 +48,16 @@ flags.DEFINE_bool("hf", True, "Also time transformers generate().")
 flags.DEFINE_integer("torch_threads", 0, "torch threads (0 = torch default).")
 flags.DEFINE_string("compare_layout", "hf", "Also time the engine with this weight_layout at each batch "
                     "(the main rows use the default, 'auto'); empty = skip.")
-flags.DEFINE_string("sections", "throughput,continuation,weights,workload", "Which sections to run.")
+flags.DEFINE_string("sections", "throughput,continuation,weights,sync,workload", "Which sections to run.")
 flags.DEFINE_string("baseline_ref", "e28a2f8", "Git ref of today's engine for the workload comparison.")
 flags.DEFINE_string("workload_preset", "small_10m", "qwen3_5 preset of the serving workload.")
-flags.DEFINE_integer("workload_slots", 64, "Concurrent requests (engine slots) of the serving workload.")
-flags.DEFINE_integer("workload_arrivals", 8, "Long prompts arriving mid-decode.")
+flags.DEFINE_integer("workload_slots", 64, "Engine slots = requests in flight once the arrivals come.")
+flags.DEFINE_integer("workload_arrivals", 8, "Long prompts arriving mid-decode (the other slots start decoding).")
 flags.DEFINE_integer("workload_arrival_len", 512, "Prompt tokens of each arrival.")
 flags.DEFINE_integer("workload_new_tokens", 64, "Tokens generated per request.")
+flags.DEFINE_integer("workload_token_budget", 2112, "Also run the paged engine with this token budget per mixed "
+                     "step (2112 = prefill_rows 8 x the 256 bucket + 64 decoding rows; the default budget "
+                     "is the largest prefill bucket + the slots); 0 = skip.")
 flags.DEFINE_string("workload_variants", "", "Comma-separated subset of the variants (default all).")
 
 
@@ -219,14 +227,21 @@ def workload(tmp: str, results: dict) -> None:
     cfg = qwen3_5.presets.get(FLAGS.workload_preset)
     ckpt = os.path.join(tmp, "workload_ckpt")
     qwen3_5.save_hf(qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0)), ckpt)
-    B, new = FLAGS.workload_slots, FLAGS.workload_new_tokens
+    B, new, A = FLAGS.workload_slots, FLAGS.workload_new_tokens, FLAGS.workload_arrivals
+    if not 0 < A < B:
+        raise ValueError(f"--workload_arrivals must be in [1, --workload_slots), got {A} (slots {B})")
     max_len = max(256, FLAGS.workload_arrival_len) + new + 16
     base = dict(max_slots=B, max_len=max_len, prefill_buckets=(16, 64, 256), decode_steps=FLAGS.decode_steps)
-    spec = dict(checkpoint=ckpt, initial=B, arrivals=FLAGS.workload_arrivals, prompt_len_range=(16, 256),
-                arrival_len=FLAGS.workload_arrival_len, new_tokens=new, arrive_after=B * new // 4)
+    # B - A requests decode, A slots wait free for the arrivals: B requests in flight once they come
+    spec = dict(checkpoint=ckpt, initial=B - A, arrivals=A, prompt_len_range=(16, 256),
+                arrival_len=FLAGS.workload_arrival_len, new_tokens=new, arrive_after=(B - A) * new // 4)
     variants = [("today", base, _baseline_tree(tmp)), ("contiguous", dict(base, cache_kind="contiguous"), root),
+                ("contiguous_no_overlap", dict(base, cache_kind="contiguous", overlap=False), root),
                 ("paged", dict(base, cache_kind="paged"), root),
                 ("paged_no_overlap", dict(base, cache_kind="paged", overlap=False), root)]
+    if FLAGS.workload_token_budget:
+        variants.append(("paged_budget", dict(base, cache_kind="paged", token_budget=FLAGS.workload_token_budget),
+                          root))
     keep = set(FLAGS.workload_variants.split(",")) if FLAGS.workload_variants else None
     out = {}
     for name, kw, path in variants:
@@ -241,13 +256,15 @@ def workload(tmp: str, results: dict) -> None:
 
 
 def _print_workload(out: dict) -> None:
-    print("\n| engine | tok/s | TTFT arrivals p50 / max (s) | TTFT initial p50 (s) | longest decode stall (s) | "
-          "KV held (MB) | KV used at peak (MB) | preemptions |\n|---|---|---|---|---|---|---|---|")
+    print("\n| engine | tok/s | decode tok/s, all slots busy | TTFT arrivals p50 / max (s) | TTFT initial p50 (s) | "
+          "longest decode stall (s) | KV held (MB) | KV used at peak (MB) | preemptions |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     for name, r in out.items():
         if "error" in r:
             print(f"| {name} | error: {r['error'][-200:]!r} |")
             continue
-        print(f"| {name} | {r['tok_s']:.0f} | {r['ttft_arrivals_p50_s']:.2f} / {r['ttft_arrivals_max_s']:.2f} | "
+        print(f"| {name} | {r['tok_s']:.0f} | {r.get('decode_tok_s', float('nan')):.0f} | "
+              f"{r['ttft_arrivals_p50_s']:.2f} / {r['ttft_arrivals_max_s']:.2f} | "
               f"{r['ttft_initial_p50_s']:.2f} | {r['decode_stall_max_s']:.2f} | {r['kv_held_bytes'] / 2**20:.1f} | "
               f"{r['kv_peak_used_bytes'] / 2**20:.1f} | {r['stats'].get('preemptions', 0)} |")
 
@@ -263,7 +280,7 @@ def main(argv):
     sections = set(FLAGS.sections.split(","))
     tmp = tempfile.mkdtemp(prefix="bench_engine_")
     results = {}
-    if sections & {"throughput", "continuation", "weights"}:
+    if sections & {"throughput", "continuation", "weights", "sync"}:
         cfg = qwen3_5.presets.get(FLAGS.preset)
         model = qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
         n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
@@ -287,9 +304,24 @@ def main(argv):
             c = results["continuation"]
             print(f"\ncontinuation ({c['turns']} turns): {c['continuation_s']:.2f}s vs re-prefill "
                   f"{c['reprefill_s']:.2f}s -> {c['speedup']:.2f}x")
+    if "sync" in sections:
+        results["sync"] = _emit(dict(weight_sync_compare(model, "bench_engine", disk_dir=tmp), preset=FLAGS.preset))
+        _print_sync(results["sync"])
     if "workload" in sections:
         workload(tmp, results)
         _print_workload(results["workload"])
+
+
+def _print_sync(r: dict) -> None:
+    mb = 2 ** 20
+    print(f"\n| weight sync ({r['params'] / 1e6:.1f}M params) | bytes (MB) | write (s) | reload (s) | total (s) |"
+          "\n|---|---|---|---|---|")
+    print(f"| bf16 export_hf, memory-backed dir | {r['bf16_export_bytes'] / mb:.0f} | {r['bf16_export_s']:.2f} | "
+          f"{r['reload_s']:.2f} | {r['bf16_export_s'] + r['reload_s']:.2f} |")
+    for tag, where in (("", "memory-backed dir"), ("_disk", "disk")):
+        if f"fp32_save_hf{tag}_s" in r:
+            w, rl = r[f"fp32_save_hf{tag}_s"], r[f"fp32_reload{tag}_s"]
+            print(f"| fp32 save_hf, {where} | {r[f'fp32_bytes{tag}'] / mb:.0f} | {w:.2f} | {rl:.2f} | {w + rl:.2f} |")
 
 
 def _print_throughput(results: dict) -> None:
@@ -306,6 +338,53 @@ def _print_throughput(results: dict) -> None:
               f"{r.get('decode_speedup', nan):.1f}x |")
 
 
+def weight_sync_compare(model, name: str, disk_dir: str = "") -> dict:
+    """The SGLang weight sync's file round trip for ``model`` (fp32 master weights): the bf16
+    export (``weight_sync.export_hf``) to the memory-backed dir and a server's bf16 reload,
+    against the fp32 ``save_hf`` it replaces and its fp32 reload, written to the same memory-backed
+    dir and, with ``disk_dir``, to a disk-backed one (the old path: ``rollout.sync_dir`` on disk)."""
+    import shutil
+
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from harness_jax.models import qwen3_5
+    from harness_jax.sampling import weight_sync
+
+    def reload(path, dtype):
+        t0 = time.perf_counter()
+        jax.block_until_ready(jax.tree_util.tree_leaves(nnx.state(qwen3_5.load_hf(path, dtype=dtype))))
+        return time.perf_counter() - t0
+
+    def dir_bytes(path):
+        return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+    params = sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
+    shm = weight_sync.default_sync_dir(name)
+    out = os.path.join(shm, "v1")
+    t0 = time.perf_counter()
+    weight_sync.export_hf(model, out)                  # the first one compiles the on-device cast
+    first_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rep = weight_sync.export_hf(model, out)
+    export_s = time.perf_counter() - t0
+    reload_s = reload(out, "bfloat16")
+    shutil.rmtree(out, ignore_errors=True)
+    res = {"params": params, "export_dir": shm, "bf16_export_s": export_s, "bf16_export_first_s": first_s,
+           "bf16_export_bytes": rep.bytes, "reload_s": reload_s}
+    targets = [("", os.path.join(shm, "fp32"))] + ([("_disk", os.path.join(disk_dir, "fp32"))] if disk_dir else [])
+    for tag, old in targets:
+        t0 = time.perf_counter()
+        qwen3_5.save_hf(model, old)
+        res[f"fp32_save_hf{tag}_s"] = time.perf_counter() - t0
+        res[f"fp32_bytes{tag}"] = dir_bytes(old)
+        res[f"fp32_reload{tag}_s"] = reload(old, "float32")
+        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(shm, ignore_errors=True)
+    return res
+
+
 # ---------------------------------------------------------------------------------------------
 # the accelerator probe's engine section
 # ---------------------------------------------------------------------------------------------
@@ -314,15 +393,12 @@ def probe(smoke: bool) -> dict:
     one device, decode-only and with prefills arriving mid-decode; and the weight sync of a
     4B-sized policy: the bf16 export (``weight_sync.export_hf``, memory-backed dir) and the
     reload a server does, against the fp32 ``save_hf`` export it replaces. ``smoke``: tiny."""
-    import shutil
-
-    import jax
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
 
     from harness_jax.models import qwen3_5
-    from harness_jax.sampling import GenerateRequest, JaxEngine, SamplingParams, weight_sync
+    from harness_jax.sampling import GenerateRequest, JaxEngine, SamplingParams
     if smoke:
         cfg, B, P, N, buckets, steps = qwen3_5.presets.get("tiny"), 4, 24, 8, (16, 32), 4
         cfg4 = qwen3_5.presets.get("tiny")
@@ -368,26 +444,7 @@ def probe(smoke: bool) -> dict:
     del model, eng
     # weight sync of a 4B-sized policy: the bf16 export and a server's reload vs the fp32 save_hf
     m4 = qwen3_5.Qwen3_5ForCausalLM(cfg4, rngs=nnx.Rngs(1), dtype=dtype, param_dtype=jnp.float32)
-    params = sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(nnx.state(m4)))
-    out = os.path.join(weight_sync.default_sync_dir("probe"), "v1")
-    t0 = time.perf_counter()
-    weight_sync.export_hf(m4, out)                     # the first one compiles the on-device cast
-    first_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    rep = weight_sync.export_hf(m4, out)
-    export_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    jax.block_until_ready(jax.tree_util.tree_leaves(nnx.state(qwen3_5.load_hf(out, dtype="bfloat16"))))
-    reload_s = time.perf_counter() - t0
-    shutil.rmtree(out, ignore_errors=True)
-    old = os.path.join(weight_sync.default_sync_dir("probe"), "fp32")
-    t0 = time.perf_counter()
-    qwen3_5.save_hf(m4, old)
-    fp32_s = time.perf_counter() - t0
-    shutil.rmtree(os.path.dirname(old), ignore_errors=True)
-    sync = {"params": params, "export_dir": os.path.dirname(out), "bf16_export_s": export_s,
-            "bf16_export_first_s": first_s,
-            "bf16_export_bytes": rep.bytes, "reload_s": reload_s, "fp32_save_hf_s": fp32_s}
+    sync = weight_sync_compare(m4, "probe")
     return {"engine": engine, "weight_sync": sync}
 
 

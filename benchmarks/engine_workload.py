@@ -8,10 +8,12 @@ build of ``JaxEngine`` has had (``submit`` with ``on_chunk``, ``stats``, ``close
 
 The workload: ``initial`` requests of mixed prompt lengths start together; once they have
 generated ``arrive_after`` tokens in total, ``arrivals`` long prompts arrive (prefills mid-decode).
-Every request generates ``new_tokens`` greedy tokens. Measured: tokens/s over the whole run,
+Every request generates ``new_tokens`` greedy tokens. Measured: tokens/s over the whole run and
+over its decode tail (after the last request's first token, only decode steps remain),
 time to first token (TTFT) of the arrivals and of the initial requests, the longest gap between
 two chunks of any initial request while the arrivals prefill (the decode stall), the KV cache
-bytes held, and, for a paged cache, the bytes of the pages in use at the peak.
+bytes held, and, for a paged cache, the bytes of the pages in use at the peak. Then, on the same
+engine, decode tokens/s with every slot busy (short prompts, prefill time subtracted).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def run(spec: dict) -> dict:
     eng.generate_batch(warm * 2, g)                       # compile the programs this workload uses
     eng.flush_cache()
 
-    t_sub, t_first, chunks = {}, {}, {}
+    t_sub, t_first, chunks, sizes = {}, {}, {}, {}
     lock = threading.Lock()
 
     def on_chunk(rid):
@@ -59,6 +61,7 @@ def run(spec: dict) -> dict:
                     t_first[rid] = now
                 if c.token_ids:
                     chunks.setdefault(rid, []).append(now)
+                    sizes.setdefault(rid, []).append(len(c.token_ids))
         return cb
 
     def submit(prefix, prompts):
@@ -88,13 +91,41 @@ def run(spec: dict) -> dict:
         prev = max([t for t in chunks[f"i{i}"] if t < t_arrive], default=None)
         seq = ([prev] if prev is not None else []) + ts
         stall = max([stall] + [b - a for a, b in zip(seq, seq[1:])])
+    # the decode tail: once every request has its first token, only decode steps remain
+    t_all = max(t_first.values())
+    tail = [(t, k) for rid in chunks for t, k in zip(chunks[rid], sizes[rid]) if t > t_all]
+    tail_s = max((t for t, _ in tail), default=t_all) - t_all
     out = {"name": spec["name"], "tokens": n, "wall_s": wall, "tok_s": n / wall,
+           "decode_tail_tok_s": sum(k for _, k in tail) / tail_s if tail_s > 0 else float("nan"),
+           "decode_tail_s": tail_s,
            "ttft_arrivals_p50_s": ttft_a[len(ttft_a) // 2], "ttft_arrivals_max_s": ttft_a[-1],
            "ttft_initial_p50_s": ttft_i[len(ttft_i) // 2], "ttft_initial_max_s": ttft_i[-1],
            "decode_stall_max_s": stall, "stats": dict(eng.stats),
            "first_tokens": [o.token_ids[:4] for o in outs[:3]], **_kv_bytes(eng)}
+    out.update(_decode_batch(eng, spec, rng, V, lo))
     eng.close()
     return out
+
+
+def _decode_batch(eng, spec: dict, rng, V: int, prompt_len: int) -> dict:
+    """Decode tokens/s with every slot busy: ``max_slots`` ``prompt_len``-token prompts generate
+    ``new_tokens`` each; the time of a prefill-only run (one token) is subtracted."""
+    from harness_jax.sampling import SamplingParams
+    B, N = spec["engine"]["max_slots"], spec["new_tokens"]
+    prompts = [rng.integers(3, V, prompt_len).tolist() for _ in range(B)]
+    one = SamplingParams(max_new_tokens=1, temperature=0.0, ignore_eos=True)
+    full = SamplingParams(max_new_tokens=N, temperature=0.0, ignore_eos=True)
+    eng.flush_cache()
+    eng.generate_batch(prompts, full)                  # warm (the full batch may compile programs)
+    eng.flush_cache()
+    t0 = time.perf_counter()
+    eng.generate_batch(prompts, full)
+    total = time.perf_counter() - t0
+    eng.flush_cache()
+    t0 = time.perf_counter()
+    eng.generate_batch(prompts, one)
+    pre = time.perf_counter() - t0
+    return {"decode_batch": B, "decode_tok_s": B * (N - 1) / max(total - pre, 1e-9), "decode_run_s": total}
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ flash kernel), which holds bf16 math in fp32: an upper bound for the TPU (42 GB 
 reference attention, dots-saveable remat, fp32 weight gathers, the same compile reported 546 GB).
 Engine caches
 (colocated): 64 slots x (8 attention layers x 2 x 4 kv x 256 x 16384 x 2 B + 24 GDN layers x 32
-heads x 128 x 128 x 4 B) / 16 = 1.1 GB per chip on top.
+heads x 128 x 128 x 4 B) = 37.6 GB, 2.35 GB per chip if split over the 16 chips; the paged KV
+pool is today copied on each data shard (docs/sampling.md, "Benchmark"), so a chip holds the whole
+34.4 GB pool on top of the train step's 32 GB: within the 85.5 GB budget, not yet measured.
 """
 from experiments.configs import common
 
