@@ -172,7 +172,8 @@ R1_DELTA_ARMS = [Arm("rule-based engineer", "reference_rule/delta_b"),
 R1_VALID_ARMS = [Arm("rule-based engineer", "reference_rule/valid_frac"),
                  Arm("SFT engineer", "after_sft/valid_frac"),
                  Arm("SFT+GRPO engineer", "final/valid_frac")]
-R1_TABLE_ARMS = {"default": "no patch (target alone)", "react": "ReAct harness", "self_refine": "Self-Refine overlay",
+R1_TABLE_ARMS = {"default": "no patch (target alone)", "react": "ReAct harness", "self_refine": "Self-Refine agent",
+                 "review_hint": "fixed review-hint overlay",
                  "rule": "rule-based engineer", "prompt": "prompt-based engineer", "sft": "SFT engineer",
                  "grpo": "SFT+GRPO engineer"}
 KINDS = ("auto", "main", "router", "harness_r1")

@@ -16,6 +16,9 @@ Failures: an environment exception, ``info["infra_error"]``, an engine exception
 generation is an *infrastructure* error: the whole episode is retried with a fresh environment up
 to ``infra_retries`` times; if it still fails the trajectory is flagged ``infra_error`` and is
 excluded from training and metrics (never a task failure). A failing hook only loses its effect.
+An environment failure on an action a HOOK supplied (rewritten or forced) is the overlay's doing:
+the episode ends as a task failure (status ``hook_action_error``), never as infrastructure, so an
+overlay cannot take an episode out of its own grade (``turns``).
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from harness_jax.envs.base import Env, Task
 from harness_jax.harness import workers
+from harness_jax.harness.hooks import EFFECT_SURFACES
 from harness_jax.harness.overlay import Overlay
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.siblings import Sibling
@@ -55,8 +59,15 @@ class ExecutorConfig:
     ctx_history_turns: int = 8      # turns of history given to hooks
     ctx_text_chars: int = 1200      # observation/action text cap inside hook contexts
     seed: Optional[int] = None      # base sampling seed (per turn: hash of seed, key, turn)
+    # which hook effect kinds are honoured (hooks.honoured_kinds): "public" = the public
+    # Harness-R1 runtime's per-benchmark surface, "contract" = every kind of the return
+    # contracts; None = the method's default (the executor: "contract"; Harness-R1: "public")
+    effect_surface: Optional[str] = None
 
     def __post_init__(self):
+        if self.effect_surface is not None and self.effect_surface not in EFFECT_SURFACES:
+            raise ValueError(f"ExecutorConfig.effect_surface={self.effect_surface!r}: use one of "
+                             f"{EFFECT_SURFACES} (or None for the method's default)")
         if self.infra_retries < 0:
             raise ValueError("ExecutorConfig.infra_retries must be >= 0")
         if self.concurrency < 1:

@@ -16,8 +16,9 @@ What a hook reads (``ctx``, attribute or item access; missing attributes read as
 
 Every hook point gets:
 
-* ``hook`` (its own name), ``env``, ``task`` (``id``, ``env``, ``category``, ``instruction`` = the
-  task text), ``turn``, ``max_turns``, ``turns_left``;
+* ``hook`` (its own name), ``env``, ``task`` (``env``, ``category``, ``instruction`` = the task
+  text; no task or episode identifier: a hook cannot key its behaviour on which task or episode
+  it is in), ``turn``, ``max_turns``, ``turns_left``;
 * ``history``: the last turns, each ``{turn, action, observation, error}``;
 * ``state``: ``turn``, ``repeat_count`` (identical consecutive actions so far), ``no_progress_turns``,
   ``stalled`` (``no_progress_turns >= stall_turns``), ``errors`` (turns whose feedback reported an
@@ -42,7 +43,9 @@ Per hook point:
 
 Typed rules read the same contexts through ``obs.text`` (= ``observation``), ``obs.error``
 (= ``last_error``), ``action.*``, ``state.*`` and ``task.*``. ``nb`` is the episode's notebook (a
-JSON dict that persists across calls). Helpers: ``re`` (search, match, findall, sub, split, ...),
+JSON dict that persists across the calls of one episode and is the ONLY state that does: the
+hook's module is executed afresh for every call, so function attributes, mutable defaults and the
+like start empty each time; ``sandbox_worker``). Helpers: ``re`` (search, match, findall, sub, split, ...),
 ``math``, ``SequenceMatcher``, and the builtins of ``lint.ALLOWED_BUILTINS``.
 """
 from __future__ import annotations
@@ -58,6 +61,29 @@ TEXT_CAP = 900
 MAX_SKILLS = 5
 BEFORE_ACTION_KINDS = ("block_and_prompt", "force_action", "rewrite_action")
 POST_STEP_KINDS = ("inject_hint", "force_action")
+
+# Effect surfaces: which effect kinds the runtime HONOURS at each hook point (a kind outside the
+# surface has no effect and is counted as ignored; ``HookCalls``).
+#   "contract": every kind of the return contracts above, on every benchmark;
+#   "public":   the public Harness-R1 runtime's surface per benchmark: WebShop and ALFWorld honour
+#               rewritten and forced actions (actions there are the environment's own closed
+#               vocabulary: clicks, searches, admissible commands); DBBench ignores them (only
+#               block_and_prompt and inject_hint: an overlay may not write SQL or answers for the
+#               agent), and so does every benchmark the public runtime does not cover (code and
+#               shell actions: AppWorld, SWE, ...).
+CONTRACT_SURFACE = {"on_before_action": BEFORE_ACTION_KINDS, "on_post_step": POST_STEP_KINDS}
+NARROW_SURFACE = {"on_before_action": ("block_and_prompt",), "on_post_step": ("inject_hint",)}
+PUBLIC_SURFACES = {"webshop": CONTRACT_SURFACE, "alfworld": CONTRACT_SURFACE}
+EFFECT_SURFACES = ("contract", "public")
+
+
+def honoured_kinds(env_name: Optional[str], hook: str, surface: str) -> tuple[str, ...]:
+    """The effect kinds hook point ``hook`` may take on ``env_name`` under ``surface``."""
+    if surface not in EFFECT_SURFACES:
+        raise ValueError(f"effect surface {surface!r}: use one of {EFFECT_SURFACES}")
+    table = CONTRACT_SURFACE if surface == "contract" else PUBLIC_SURFACES.get(env_name or "",
+                                                                              NARROW_SURFACE)
+    return table.get(hook, ())
 
 
 def one_line(text: Any, cap: int = TEXT_CAP) -> str:

@@ -186,9 +186,17 @@ class Overlay:
         return {k: dict(v) for k, v in self.stats.items()}
 
     def fired(self) -> bool:
-        """Whether the patch has changed anything so far: a hook point took an effect, or the
-        patch sets runtime config. A patch that never fires is a runtime no-op."""
-        return bool(self.config) or any(st["effects"] for st in self.stats.values())
+        """Whether the patch has changed anything so far: a hook point took an effect the
+        runtime honoured, or the patch sets runtime config. A patch that never fires is a
+        runtime no-op."""
+        return bool(self.config) or took_effect(self.stats)
+
+
+def took_effect(stats: dict) -> bool:
+    """Whether per-hook counters (``Overlay.stats``, possibly summed over workers) show an effect
+    the runtime honoured: effects the executor ignored (outside the effect surface, not fitting
+    the protocol, inadmissible) do not count."""
+    return any(int(st.get("effects", 0)) - int(st.get("ignored", 0)) > 0 for st in stats.values())
 
 
 def reject_runtime_noop(patch: Patch, contexts: Sequence[dict], env_name: Optional[str] = None,

@@ -15,10 +15,14 @@ Set-up, before any untrusted code is seen:
 
 Protocol: one JSON object per line on stdin, one JSON reply per line on the private descriptor.
 Request ``{"id", "key", "source"?, "fn", "ctx", "nb"}``: ``source`` is sent the first time a
-``key`` is used; the worker compiles it once into a fresh namespace of allow-listed builtins and
-module-free helpers (``re``/``math`` proxies, ``SequenceMatcher``) and calls ``fn(ctx, nb)`` with
-``ctx`` given attribute access. Reply ``{"id", "ok": true, "result", "nb"}`` or
-``{"id", "ok": false, "error"}``. Timeouts are the host's job (it kills this process).
+``key`` is used and compiled once; EVERY call then executes the compiled module into a fresh
+namespace of allow-listed builtins and module-free helpers (``re``/``math`` proxies, a
+per-namespace ``SequenceMatcher`` subclass) and calls ``fn(ctx, nb)`` with ``ctx`` given
+attribute access. Nothing a hook writes outside ``nb`` survives its call: function attributes,
+mutable defaults and helper-class attributes all live in the call's own namespace, so no state
+crosses calls, episodes or overlays (``nb``, the per-episode notebook the host keeps, is the only
+memory). Reply ``{"id", "ok": true, "result", "nb"}`` or ``{"id", "ok": false, "error"}``.
+Timeouts are the host's job (it kills this process).
 """
 import builtins
 import json
@@ -67,8 +71,10 @@ def _namespace():
         name: getattr(math, name) for name in (
             "floor", "ceil", "sqrt", "log", "log2", "log10", "exp", "fabs", "isfinite", "isnan",
             "isinf", "pow", "trunc", "fsum", "gcd", "inf", "nan", "pi", "e", "hypot", "isclose")})
+    # a subclass per namespace: an attribute a hook sets on it dies with the call
+    matcher = type("SequenceMatcher", (SequenceMatcher,), {})
     return {"__builtins__": safe_builtins, "re": re_proxy, "math": math_proxy,
-            "SequenceMatcher": SequenceMatcher}
+            "SequenceMatcher": matcher}
 
 
 def _apply_limits(cfg):
@@ -160,18 +166,19 @@ def main():
         rid = req.get("id")
         key = req.get("key")
         try:
-            ns = cache.get(key)
-            if ns is None:
+            code = cache.get(key)
+            if code is None:
                 source = req.get("source")
                 if source is None:
                     reply({"id": rid, "ok": False, "error": "UnknownKey: send the source"})
                     continue
-                ns = _namespace()
-                exec(compile(source, "<hook>", "exec"), ns)
-                cache[key] = ns
+                code = compile(source, "<hook>", "exec")
+                cache[key] = code
                 order.append(key)
                 if len(order) > 256:
                     cache.pop(order.pop(0), None)
+            ns = _namespace()                # fresh for every call (module docstring)
+            exec(code, ns)
             fn = ns.get(req.get("fn", "hook"))
             if not callable(fn):
                 reply({"id": rid, "ok": False, "error": "ContractError: no function "

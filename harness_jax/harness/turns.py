@@ -21,7 +21,10 @@ harness writes (prompt, observations, hints, a closing ``<|im_end|>`` after a le
 new segment, so each segment is a prefix-consistent training sequence.
 
 An environment, engine or evaluation failure raises ``InfraFailure`` (the executor retries the
-attempt); a failing hook only loses its effect.
+attempt); a failing hook only loses its effect. An environment failure on an action a hook
+supplied (rewritten or forced) ends the episode as a task failure with status
+``hook_action_error`` (scored 0 without asking the broken environment), so an overlay can never
+turn an episode it is graded on into an infrastructure failure.
 """
 from __future__ import annotations
 
@@ -173,7 +176,8 @@ class TurnLoop:
         except Exception as e:  # noqa: BLE001 - any reset failure is infrastructure
             raise InfraFailure(f"env reset failed: {type(e).__name__}: {e}") from e
         ep.function_protocol = getattr(ep.env, "protocol", "text") == "function"
-        ep.task_info = {"id": task.task_id, "env": task.env_name, "category": task.category,
+        # what hooks read of the task: no task or episode identifier (hooks.py)
+        ep.task_info = {"env": task.env_name, "category": task.category,
                         "instruction": self._cap(first_obs)}
         ep.observation = str(first_obs)
         init = await self.hooks.call(ep, "on_init", self.hooks.ctx(ep, "on_init"), None)
@@ -317,17 +321,19 @@ class TurnLoop:
     async def _act(self, ep: EpisodeState, turn: TurnState) -> None:
         """Each action: ``on_before_action``, repeated-action accounting, the environment step."""
         for act in turn.actions:
-            act = await self._before_action(ep, turn, act)
+            act, source = await self._before_action(ep, turn, act)
             if act is None:
                 continue
             if self._repeated(ep, turn, act):
                 return ep.end("repeated_action")
-            await self._step(ep, turn, act)
+            await self._step(ep, turn, act, source=source)
             if turn.done:
                 return
 
-    async def _before_action(self, ep: EpisodeState, turn: TurnState, act: Any) -> Any:
-        """``on_before_action``: the action to send (rewritten or forced), or None if blocked."""
+    async def _before_action(self, ep: EpisodeState, turn: TurnState, act: Any) -> tuple[Any, Optional[str]]:
+        """``on_before_action``: ``(action to send, the hook that supplied it or None)``; the
+        action is None when blocked. Effects the runtime does not honour never get here
+        (``HookCalls.unfit``)."""
         act_ctx = {"name": act.name if isinstance(act, ToolCall) else None,
                    "arguments": act.arguments if isinstance(act, ToolCall) else {},
                    "text": self._cap(act if isinstance(act, str) else json.dumps(action_json(act))),
@@ -336,17 +342,15 @@ class TurnLoop:
         eff = await self.hooks.call(ep, "on_before_action", self.hooks.ctx(
             ep, "on_before_action", action=act_ctx, state=state), turn.event)
         if eff is None:
-            return act
+            return act, None
         message = eff.result.get("message")
         if eff.result["kind"] == "block_and_prompt":
             turn.observations.append(NOTE_PREFIX + inserted(message, ep.limits.hint_cap))
             turn.errors.append(f"blocked: {message}")
-            return None
-        if not self.hooks.admissible(ep, eff.result["action"], turn.event):
-            return act
+            return None, None
         if message:
             turn.observations.append(NOTE_PREFIX + inserted(message, ep.limits.hint_cap))
-        return prompting.to_action(eff.result["action"])
+        return prompting.to_action(eff.result["action"]), "on_before_action"
 
     @staticmethod
     def _repeat_count(ep: EpisodeState, act: Any) -> int:
@@ -365,10 +369,21 @@ class TurnLoop:
         turn.observations.append(rules.repeated_message.format(count=ep.repeat_count + 1))
         return False
 
-    async def _step(self, ep: EpisodeState, turn: TurnState, act: Any, forced: bool = False) -> None:
-        """One environment step; its observation joins the turn's feedback."""
+    async def _step(self, ep: EpisodeState, turn: TurnState, act: Any, forced: bool = False,
+                    source: Optional[str] = None) -> None:
+        """One environment step; its observation joins the turn's feedback. ``source``: the hook
+        that supplied ``act`` (None: the policy). An environment failure on a hook's action ends
+        the episode as a task failure (``hook_action_error``), never as infrastructure."""
         h = self.harness
-        step = await self._env_step(ep, act, turn.event)
+        try:
+            step = await self._env_step(ep, act, turn.event)
+        except InfraFailure as e:
+            if source is None:
+                raise
+            self.hooks.action_failed(ep, source, e, turn.event)
+            turn.errors.append(f"hook action failed: {str(e)[:200]}")
+            turn.done = True
+            return ep.end("hook_action_error")
         turn.event.reward += float(step.reward)
         err = (step.info or {}).get("error")
         if err:
@@ -398,8 +413,9 @@ class TurnLoop:
             return
         if post.result["kind"] == "inject_hint":
             turn.observations.append(HINT_PREFIX + inserted(post.result["message"], ep.limits.hint_cap))
-        elif self.hooks.admissible(ep, post.result["action"], turn.event):
-            await self._step(ep, turn, prompting.to_action(post.result["action"]), forced=True)
+        else:
+            await self._step(ep, turn, prompting.to_action(post.result["action"]), forced=True,
+                             source="on_post_step")
 
     def _close_turn(self, ep: EpisodeState, turn: TurnState) -> None:
         """Records the turn and makes its feedback the next pending turn."""
@@ -424,10 +440,13 @@ class TurnLoop:
 
     async def _score(self, ep: EpisodeState) -> None:
         traj = ep.traj
-        try:
-            evaluation = await ep.env.aevaluate()
-        except Exception as e:  # noqa: BLE001
-            raise InfraFailure(f"env evaluate failed: {type(e).__name__}: {e}") from e
+        if ep.status == "hook_action_error":   # the overlay broke the episode: a task failure
+            evaluation = {"success": False, "score": 0.0, "status": ep.status}
+        else:
+            try:
+                evaluation = await ep.env.aevaluate()
+            except Exception as e:  # noqa: BLE001
+                raise InfraFailure(f"env evaluate failed: {type(e).__name__}: {e}") from e
         traj.evaluation = dict(evaluation)
         traj.success = bool(evaluation.get("success", False))
         traj.reward = float(evaluation.get("score", 1.0 if traj.success else 0.0))

@@ -19,15 +19,16 @@ from harness_jax.harness_r1.baseline import (Baseline, BaselineCache, EnvRef, ar
                                              baseline_key, run_baseline, sample_keys)
 from harness_jax.harness_r1.engineers import (Engineer, FixedPatchEngineer, ModelEngineer,
                                               PromptEngineer, RuleBasedEngineer, react_harness,
-                                              self_refine_patch)
+                                              review_hint_patch)
 from harness_jax.harness_r1.packets import (PACKET_SPLITS, Packet, PacketDataset,
                                             build_packet_dataset, extract_packet,
                                             packet_from_baseline)
+from harness_jax.harness_r1.agents import SelfRefine
 from harness_jax.harness_r1.prompt import (PROMPT_VERSION, RESPONSE_PROTOCOL, SYSTEM_PROMPT,
-                                           engineer_messages, engineer_prompt_ids,
+                                           PromptSpec, engineer_messages, engineer_prompt_ids,
                                            format_response, normalise_response, sft_example)
 from harness_jax.harness_r1.reward import (GroupEvaluation, PatchEvaluation, RewardCache,
-                                           advantages_NK,
+                                           RewardSpec, advantages_NK,
                                            aevaluate_group, aevaluate_patch, delta_b,
                                            engineer_segments, evaluate_group, evaluate_patch, group_advantages_K)
 from harness_jax.harness_r1.targets import (ChatEngine, FrozenTarget, FrozenTargetError,
@@ -36,12 +37,13 @@ from harness_jax.harness_r1.targets import (ChatEngine, FrozenTarget, FrozenTarg
 __all__ = [
     "Baseline", "BaselineCache", "ChatEngine", "EnvRef", "Engineer", "FixedPatchEngineer",
     "FrozenTarget", "FrozenTargetError", "GroupEvaluation", "ModelEngineer", "PACKET_SPLITS",
-    "PROMPT_VERSION", "Packet", "PacketDataset", "PatchEvaluation", "PromptEngineer",
-    "RESPONSE_PROTOCOL", "RewardCache", "RuleBasedEngineer", "SYSTEM_PROMPT", "TargetIdentity", "TargetSpec",
+    "PROMPT_VERSION", "Packet", "PacketDataset", "PatchEvaluation", "PromptEngineer", "PromptSpec",
+    "RESPONSE_PROTOCOL", "RewardCache", "RewardSpec", "RuleBasedEngineer", "SYSTEM_PROMPT", "SelfRefine",
+    "TargetIdentity", "TargetSpec",
     "advantages_NK", "aevaluate_group", "aevaluate_patch", "arun_baseline", "as_target",
     "baseline_key", "build_packet_dataset", "delta_b", "engineer_messages",
     "engineer_prompt_ids", "engineer_segments", "evaluate_group", "evaluate_patch", "extract_packet",
     "format_response", "frozen", "group_advantages_K", "normalise_response",
-    "packet_from_baseline", "react_harness", "run_baseline", "sample_keys", "self_refine_patch",
+    "packet_from_baseline", "react_harness", "run_baseline", "sample_keys", "review_hint_patch",
     "sft_example",
 ]

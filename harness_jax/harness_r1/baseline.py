@@ -101,6 +101,16 @@ def executor_settings(config: ExecutorConfig) -> dict:
     return d
 
 
+def r1_executor_config(config: Optional[ExecutorConfig] = None) -> ExecutorConfig:
+    """``config`` with Harness-R1's default effect surface: ``"public"`` (the public runtime's
+    per-benchmark surface, ``harness.hooks.honoured_kinds``) unless the caller chose one; the
+    baseline records it and every rerun replays it."""
+    config = config or ExecutorConfig()
+    if config.effect_surface is None:
+        config = dataclasses.replace(config, effect_surface="public")
+    return config
+
+
 def baseline_key(target: dict, env: dict, task_ids: Sequence[str], harness_id: str,
                  n_per_task: int, seed: Optional[int], executor: dict) -> str:
     """Content address of a baseline run (every input that can change its rewards)."""
@@ -325,7 +335,7 @@ async def arun_baseline(target, env: Union[EnvRef, str], tasks: Sequence[Task],
     if wrong:
         raise ValueError(f"arun_baseline: tasks of environment(s) {wrong} given for env "
                          f"{env.name!r}")
-    config = config or ExecutorConfig()
+    config = r1_executor_config(config)
     settings = executor_settings(config)
     key = baseline_key(target.identity.to_dict(), env.to_dict(), ids, harness.harness_id,
                        n_per_task, seed, settings)

@@ -1,6 +1,6 @@
 """The ``r1`` section of a Harness-R1 engineer-training config, typed (``train.schema`` sections:
 one line and one comment per field): the frozen target, the packet dataset, the cold-start
-teacher, the SFT normalisation, the reward's options and the table's arms.
+teacher, the SFT normalisation, the reward's options, the effect surface and the table's arms.
 
 ``r1_section()`` is the ConfigDict presets start from (``experiments/configs/harness_r1/common.py``);
 ``harness_r1.method`` reads it back into the frozen ``R1Section`` with every problem reported
@@ -17,7 +17,10 @@ from typing import Optional
 import ml_collections
 
 from harness_jax.train.schema import option, section, to_config_dict
+from harness_jax.harness.hooks import EFFECT_SURFACES
 from harness_jax.harness_r1 import targets
+from harness_jax.harness_r1.prompt import PromptSpec
+from harness_jax.harness_r1.reward import ADV_BASELINES, RewardSpec
 from harness_jax.rl import losses
 
 
@@ -61,7 +64,7 @@ class TargetSection:
     factory: str = ""                             # kind "factory": "module:function" returning a RolloutEngine
     options: TargetOptions = section(TargetOptions)  # kind-specific TargetSpec options (harness_r1.targets.KNOWN_OPTIONS of the kind)
     tokenizer: str = ""                           # tokenizer dir of the target's executor ("" = the Qwen3.5 tokenizer)
-    temperature: float = option(1.0, at_least=0, fix="e.g. 1.0 (paired seeds make reruns comparable)")  # target sampling temperature (baselines and reruns are paired by seed)
+    temperature: float = option(0.0, at_least=0, fix="0 = greedy reruns (the public code)")  # target sampling temperature: 0 = greedy reruns (the public code); > 0 needs r1.packets.n_per_task >= 2 (paired seeded samples, a paired interval)
     max_new_tokens: int = option(512, at_least=1)  # target tokens per turn
     max_context: int = option(16384, at_least=16)  # target context limit in tokens (harness memory)
     concurrency: int = option(16, at_least=1)     # target episodes in flight per baseline or rerun
@@ -90,7 +93,7 @@ class PacketsSection:
     held_out_batches: int = option(4, at_least=0)  # held-out packets from env.eval_split (evaluation during and after training)
     batch_size: int = option(10, at_least=1)      # tasks per batch B (the paper: 10)
     budget_tokens: int = option(18000, at_least=200, fix="a packet needs room for its header: set --config.r1.packets.budget_tokens >= 200")  # packet size limit (characters / 4)
-    n_per_task: int = option(1, at_least=1)       # baseline episodes per task
+    n_per_task: int = option(1, at_least=1)       # baseline (and rerun) episodes per task, each with its own paired sampling key; >= 2 when r1.target.temperature > 0
     seed: int = option(0, at_least=0)             # task draw and sampling seed of the baselines (reruns replay it)
     cache_dir: str = ""                           # baseline cache ("" = <workdir>/cache/baselines; share one per target across runs)
 
@@ -109,8 +112,13 @@ class TeacherSection:
     max_tokens: int = option(4096, at_least=1)    # endpoint teacher: completion tokens per reply
     k: int = option(1, at_least=1)                # teacher responses per train packet
     cache_dir: str = ""                           # endpoint teacher: response cache ("" = <workdir>/cache/teacher)
+    filter_by_delta: bool = True                  # keep only teacher patches whose measured Delta_B on their own packet's batch is > min_delta_b
+    min_delta_b: float = option(0.0, at_least=-1.0)  # the filter's threshold (a paired rerun of each teacher patch, cached like any reward)
 
     def check(self, bad) -> None:
+        if not self.min_delta_b < 1.0:
+            bad("min_delta_b", self.min_delta_b, "Delta_B never exceeds 1: nothing would be kept",
+                "e.g. --config.r1.teacher.min_delta_b=0.0 (keep the patches that helped)")
         if self.kind == "endpoint":
             if not self.base_url.startswith(("http://", "https://")):
                 bad("base_url", self.base_url, "the endpoint teacher needs an http(s) base URL",
@@ -120,6 +128,25 @@ class TeacherSection:
         if self.api_key_env and not self.api_key_env.replace("_", "a").isalnum():
             bad("api_key_env", "<hidden>", "must be the NAME of an environment variable, never the key",
                 "e.g. --config.r1.teacher.api_key_env=OPENAI_API_KEY")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSection:
+    """``r1.reward``: the reward's options (``reward.RewardSpec``; the defaults are the paper's)."""
+
+    invalid_reward: float = option(0.0, at_least=-10.0)  # reward of an invalid, unparsable or runtime no-op patch (the paper: 0)
+    valid_bonus: float = option(0.0, at_least=-10.0)     # added to Delta_B of a valid patch that takes effect (the public code: 0)
+    adv_baseline: str = option("group", choices=lambda: tuple(ADV_BASELINES))  # advantage baseline: "group" = mean/std of the K rewards (the paper) | "group_with_noop" = plus a virtual no-patch sample of reward 0
+
+    def check(self, bad) -> None:
+        for name in ("invalid_reward", "valid_bonus"):
+            if getattr(self, name) > 10.0:
+                bad(name, getattr(self, name), "must be in [-10, 10] (Delta_B itself lies in [-1, 1])",
+                    f"e.g. --config.r1.reward.{name}=0.0 (the paper's default)")
+
+    def spec(self) -> RewardSpec:
+        return RewardSpec(invalid_reward=float(self.invalid_reward), valid_bonus=float(self.valid_bonus),
+                          adv_baseline=self.adv_baseline)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +187,23 @@ class R1Section:
     eval_attempts: int = option(3, at_least=1)    # reward: rerun rounds for infrastructure failures before a sample is left unscored
     pool_workers: int = option(0, at_least=0)     # reward: evaluate patches on N worker processes (EvaluationPool; 0 = in this process)
     require_code_hook_only: bool = False          # reward: only add_code_hook actions make a valid patch
+    effect_surface: str = option("public", choices=EFFECT_SURFACES)  # hook effects the runtime honours: "public" = the public Harness-R1 runtime's per-benchmark surface (DBBench: no rewritten or forced actions) | "contract" = every kind of the hook contracts (wider than the paper)
+    cross_batch: bool = True                      # held-out evaluation: also apply each packet's patches to the NEXT held-out packet's batch (cross-batch Delta_B beside the same-batch one)
+    reward: RewardSection = section(RewardSection)  # the reward's options
     reference_rule: bool = True                   # evaluate the rule-based engineer on the held-out packets (the demonstration's reference)
     table: TableSection = section(TableSection)   # launch/evaluate_engineer.py's arms
 
+    def prompt_spec(self) -> PromptSpec:
+        """What the engineer is told about the run: the reward and the effect surface."""
+        return PromptSpec(reward=self.reward.spec(), effect_surface=self.effect_surface)
+
     def check(self, bad) -> None:
+        if self.target.temperature > 0 and self.packets.n_per_task < 2:
+            bad("packets.n_per_task", self.packets.n_per_task,
+                f"a sampling target (r1.target.temperature={self.target.temperature}) with one episode per "
+                "task gives Delta_B without any estimate of its noise",
+                "set --config.r1.packets.n_per_task=2 (or more; paired seeded samples per task), or "
+                "--config.r1.target.temperature=0 (greedy reruns, as the public code)")
         t, seed = self.target, self.packets.seed
         kw_seed = int((t.options.kwargs or {}).get("seed", 0))
         if t.kind == "factory" and t.factory.endswith("scripted:dbbench_agent") and kw_seed != seed:

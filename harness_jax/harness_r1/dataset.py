@@ -80,27 +80,58 @@ def _teacher_responses(packets, teacher, k, seed, progress) -> tuple[list[dict],
     return rows, stats
 
 
-def examples_from_responses(rows, packets, tokenizer) -> list[dict]:
+def examples_from_responses(rows, packets, tokenizer, prompt=None) -> list[dict]:
     """Teacher response rows (``teacher_responses``) as SFT examples with token ids
-    (``prompt.sft_example`` + the row's fields)."""
+    (``prompt.sft_example`` + the row's fields; ``prompt``: the run's ``PromptSpec``)."""
     by_id = {pk.packet_id: pk for pk in packets}
     missing = sorted({r["packet_id"] for r in rows} - set(by_id))
     if missing:
         raise KeyError(f"examples_from_responses: responses for unknown packet(s) {missing[:3]}")
     out = []
     for r in rows:
-        ex = sft_example(by_id[r["packet_id"]], r["response"], tokenizer)
+        ex = sft_example(by_id[r["packet_id"]], r["response"], tokenizer, prompt)
         ex.update(r)
         out.append(ex)
     return out
 
 
+async def afilter_by_delta(rows: Sequence[dict], packets, evaluate, min_delta: float = 0.0
+                           ) -> tuple[list[dict], dict]:
+    """Keeps the teacher rows whose patch measurably helps: each packet's responses are
+    evaluated on the packet's own batch (``evaluate(packet, responses) -> GroupEvaluation``,
+    e.g. ``training.EngineerData.aevaluate``: paired reruns, duplicates once, cached) and a row
+    is kept when the Delta_B of what it deploys is > ``min_delta`` and its evaluation is
+    complete. Every row gets ``"delta_b"``; returns ``(kept, stats)`` with the counts and the
+    measured Delta_B of kept and dropped rows."""
+    by_id = {pk.packet_id: pk for pk in packets}
+    per: dict[str, list[dict]] = {}
+    for r in rows:
+        per.setdefault(r["packet_id"], []).append(dict(r))
+    kept, dropped, infra = [], [], 0
+    for pid, rs in per.items():
+        ge = await evaluate(by_id[pid], [r["response"] for r in rs])
+        for r, ev in zip(rs, ge.evaluations):
+            r["delta_b"] = ev.deployed_delta
+            if not ev.scored:
+                infra += 1
+                dropped.append(r)
+            elif ev.deployed_delta > min_delta:
+                kept.append(r)
+            else:
+                dropped.append(r)
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")   # noqa: E731
+    return kept, {"min_delta_b": min_delta, "kept": len(kept), "dropped": len(dropped),
+                  "dropped_infra": infra, "kept_delta_b_mean": mean([r["delta_b"] for r in kept]),
+                  "dropped_delta_b_mean": mean([r["delta_b"] for r in dropped]),
+                  "packets_kept": len({r["packet_id"] for r in kept})}
+
+
 def build_sft_examples(packets, teacher, tokenizer, *, k: int = 1, seed: int = 0,
-                       progress=None) -> tuple[list[dict], dict]:
+                       progress=None, prompt=None) -> tuple[list[dict], dict]:
     """Teacher responses for ``packets`` as SFT examples; invalid responses are dropped and
     counted (a reply without a valid patch teaches nothing). Returns ``(examples, stats)``."""
     rows, stats = teacher_responses(packets, teacher, k=k, seed=seed, progress=progress)
-    examples = examples_from_responses(rows, packets, tokenizer)
+    examples = examples_from_responses(rows, packets, tokenizer, prompt)
     stats = dict(stats, examples=len(examples),
                  prompt_tokens=sum(len(e["prompt_ids"]) for e in examples),
                  response_tokens=sum(len(e["response_ids"]) for e in examples))

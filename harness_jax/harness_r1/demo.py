@@ -15,6 +15,15 @@ paired reruns). Arms are summarised as the mean and the sample std over the runs
 Writes ``<out>.png`` (left: training Delta_B and valid fraction per GRPO step, each run and
 their mean; right: held-out mean Delta_B per arm, bars = mean over runs, dots = runs), ``<out>.json``
 and ``<out>.md``.
+
+``--criteria`` also evaluates the pre-registered criteria of
+``experiments/configs/harness_r1/tiny_cpu_policy.py`` (``criteria``): per run, C1 the share of
+sampled held-out patches with Delta_B > 0 rises from after SFT to after GRPO, C2 the sampled
+held-out Delta_B rises on at least ``most`` of the packets, C3 the valid fraction after GRPO is at
+least 0.8; over the runs, C4 the paired bootstrap interval of (after GRPO - after SFT) over the
+held-out tasks (per task: R^P - R^0 averaged over its packet's samples, then over the runs) lies
+above 0 (``scoring.paired_bootstrap``). Verdict: C1-C3 on at least 2 of 3 runs and C4.
+Infrastructure-incomplete samples are counted per run and stage.
 """
 from __future__ import annotations
 
@@ -27,9 +36,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from harness_jax.harness_r1.pipeline import read_metrics
+from harness_jax.scoring import paired_bootstrap
 
 EVAL_TAGS = (("before_sft", "untrained"), ("after_sft", "sft"), ("final", "grpo"))
-TABLE_ARMS = ("default", "react", "self_refine", "rule", "sft", "grpo")
+TABLE_ARMS = ("default", "react", "self_refine", "review_hint", "rule", "sft", "grpo")
 
 
 def _load(path: str) -> Optional[dict]:
@@ -163,7 +173,8 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
             ("react", "table"), ("self_refine", "table")]
     bars = [(a, s) for a, s in bars if (agg[s].get(a) or {}).get("delta_b", {}).get("n")]
     x = np.arange(len(bars))
-    colors = {"untrained": "0.6", "sft": "C0", "grpo": "C2", "rule": "C3", "react": "C4", "self_refine": "C5"}
+    colors = {"untrained": "0.6", "sft": "C0", "grpo": "C2", "rule": "C3", "react": "C4", "self_refine": "C5",
+              "review_hint": "C6"}
     for i, (a, s) in enumerate(bars):
         st = agg[s][a]["delta_b"]
         ax[1].bar(i, st["mean"], 0.6, color=colors[a], alpha=0.55 if s == "sampled" else 0.95,
@@ -187,19 +198,99 @@ def plot(runs: Sequence[dict], agg: dict, out_png: str) -> str:
     return out_png
 
 
+# ------------------------------------------------------------------------------------------
+# pre-registered criteria (experiments/configs/harness_r1/tiny_cpu_policy.py)
+# ------------------------------------------------------------------------------------------
+def _helpful_share(ev: dict) -> float:
+    """Share of an evaluation's samples whose held-out Delta_B is > 0 (all samples counted)."""
+    det = ev.get("details") or []
+    n = sum(len(d.get("valid") or []) for d in det)
+    return sum(sum(r > 0 for r in d.get("rewards") or []) for d in det) / n if n else float("nan")
+
+
+def run_criteria(workdir: str, *, most: int = 4, min_valid: float = 0.8) -> dict:
+    """C1-C3 of one run from its ``engineer_summary.json`` (module docstring)."""
+    summ = _load(os.path.join(workdir, "engineer_summary.json")) or {}
+    sft, grpo = (summ.get("eval") or {}).get("after_sft"), (summ.get("eval") or {}).get("final")
+    if not sft or not grpo or not sft.get("details") or not grpo.get("details"):
+        raise ValueError(f"{workdir}: the after-SFT and final held-out evaluations (with details) are missing")
+    per_sft = {d["packet"]: d["delta_b"] for d in sft["details"]}
+    per_grpo = {d["packet"]: d["delta_b"] for d in grpo["details"]}
+    rises = sum(per_grpo[p] > per_sft[p] for p in per_sft if p in per_grpo)
+    h0, h1 = _helpful_share(sft), _helpful_share(grpo)
+    return {"workdir": os.path.abspath(workdir),
+            "helpful_share": {"sft": h0, "grpo": h1}, "C1": bool(h1 > h0),
+            "packets_rising": rises, "packets": len(per_sft), "C2": bool(rises >= most),
+            "valid_frac": {"sft": sft.get("valid_frac"), "grpo": grpo.get("valid_frac")},
+            "C3": bool((grpo.get("valid_frac") or 0.0) >= min_valid),
+            "delta_b": {"sft": sft.get("delta_b"), "grpo": grpo.get("delta_b")},
+            "cross_delta_b": {"sft": sft.get("cross_delta_b"), "grpo": grpo.get("cross_delta_b")},
+            "greedy_delta_b": {"sft": (sft.get("greedy") or {}).get("delta_b"),
+                               "grpo": (grpo.get("greedy") or {}).get("delta_b")},
+            "infra_samples": {"sft": sft.get("infra_samples"), "grpo": grpo.get("infra_samples")},
+            "task_deltas": {"sft": sft.get("task_deltas") or {}, "grpo": grpo.get("task_deltas") or {}}}
+
+
+def criteria(workdirs: Sequence[str], *, most: int = 4, min_valid: float = 0.8, samples: int = 10_000) -> dict:
+    """The pre-registered criteria over runs (module docstring)."""
+    runs = [run_criteria(w, most=most, min_valid=min_valid) for w in workdirs]
+    tasks = sorted(set.intersection(*[set(r["task_deltas"]["sft"]) & set(r["task_deltas"]["grpo"]) for r in runs]))
+    a = [float(np.mean([r["task_deltas"]["grpo"][t] for r in runs])) for t in tasks]
+    b = [float(np.mean([r["task_deltas"]["sft"][t] for r in runs])) for t in tasks]
+    c4 = paired_bootstrap(a, b, samples=samples) if tasks else {"unavailable": "no held-out task scored in every run"}
+    per = {c: sum(r[c] for r in runs) for c in ("C1", "C2", "C3")}
+    need = min(2, len(runs))
+    verdict = all(v >= need for v in per.values()) and bool(c4.get("ci_low", -1.0) > 0)
+    for r in runs:
+        r.pop("task_deltas")
+    return {"runs": runs, "tasks": len(tasks), "C4": c4, "runs_meeting": per,
+            "shows_learning": verdict}
+
+
+def criteria_markdown(c: dict) -> str:
+    lines = ["| run | helpful share SFT -> GRPO (C1) | packets rising (C2) | valid after GRPO (C3) | "
+             "sampled Δ_B SFT -> GRPO | cross-batch Δ_B SFT -> GRPO | greedy Δ_B SFT -> GRPO | infra samples |",
+             "|---|---|---|---|---|---|---|---|"]
+    f = lambda x: "-" if x is None else f"{x:+.3f}"      # noqa: E731
+    for r in c["runs"]:
+        y = lambda k: "yes" if r[k] else "no"            # noqa: E731
+        lines.append(f"| {os.path.basename(r['workdir'])} | {r['helpful_share']['sft']:.2f} -> "
+                     f"{r['helpful_share']['grpo']:.2f} ({y('C1')}) | {r['packets_rising']}/{r['packets']} "
+                     f"({y('C2')}) | {r['valid_frac']['grpo']:.2f} ({y('C3')}) | {f(r['delta_b']['sft'])} -> "
+                     f"{f(r['delta_b']['grpo'])} | {f(r['cross_delta_b']['sft'])} -> {f(r['cross_delta_b']['grpo'])} | "
+                     f"{f(r['greedy_delta_b']['sft'])} -> {f(r['greedy_delta_b']['grpo'])} | "
+                     f"{r['infra_samples']['sft']}, {r['infra_samples']['grpo']} |")
+    c4 = c["C4"]
+    lines += ["", (f"C4: over {c['tasks']} held-out tasks, after GRPO - after SFT = {c4['diff']:+.4f}, paired "
+                   f"bootstrap {100 * c4['level']:.0f}% interval [{c4['ci_low']:+.4f}, {c4['ci_high']:+.4f}] "
+                   f"({'above 0' if c4['ci_low'] > 0 else 'not above 0'})") if "diff" in c4 else
+              f"C4: {c4.get('unavailable')}",
+              f"Runs meeting C1 / C2 / C3: {c['runs_meeting']['C1']} / {c['runs_meeting']['C2']} / "
+              f"{c['runs_meeting']['C3']} of {len(c['runs'])}. Shows learning (pre-registered rule): "
+              f"{'yes' if c['shows_learning'] else 'no'}."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workdirs", required=True, help="comma-separated workdirs of launch/engineer.py runs")
     ap.add_argument("--out", required=True, help="output stem: writes <out>.png, <out>.json, <out>.md")
+    ap.add_argument("--criteria", action="store_true",
+                    help="also evaluate the pre-registered criteria of tiny_cpu_policy (module docstring)")
     a = ap.parse_args(argv)
-    runs = [run_figures(w) for w in a.workdirs.split(",") if w]
+    workdirs = [w for w in a.workdirs.split(",") if w]
+    runs = [run_figures(w) for w in workdirs]
     agg = aggregate(runs)
+    md = markdown(agg)
+    if a.criteria:
+        agg["criteria"] = criteria(workdirs)
+        md += "\n**Pre-registered criteria**\n\n" + criteria_markdown(agg["criteria"])
     with open(a.out + ".json", "w", encoding="utf-8") as f:
         json.dump({"runs": runs, "aggregate": agg}, f, indent=1, default=float)
     with open(a.out + ".md", "w", encoding="utf-8") as f:
-        f.write(markdown(agg))
+        f.write(md)
     plot(runs, agg, a.out + ".png")
-    print(markdown(agg))
+    print(md)
     return agg
 
 

@@ -7,8 +7,9 @@ is the thin main.
     merged = evaluate.merge_tables([t_dbbench, t_alfworld, t_webshop])  # the equal-weight mean
 
 Arms (``r1.table.arms``): ``default`` (the target under its base harness: the baseline itself),
-``react`` (ReAct harness), ``self_refine`` (a fixed Self-Refine overlay), ``rule`` (the rule-based
-engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
+``react`` (the public ReAct baseline: a Thought/Action contract in the system prompt),
+``self_refine`` (the target inside the draft-critique-refine agent, ``agents.SelfRefine``),
+``review_hint`` (a fixed review-hint overlay), ``rule`` (the rule-based engineer), ``prompt`` (a prompt-based engineer on ``r1.table.prompt_*``, e.g. a frontier model),
 ``sft`` (the engineer after cold-start SFT: ``sft_checkpoints/``) and ``grpo`` (after GRPO:
 ``checkpoints/``). Engineers write one patch per packet (greedy for the model engineers); every
 arm is a paired rerun against the cached baseline of each packet's batch (``tables``).
@@ -42,10 +43,11 @@ import os
 from typing import Optional, Sequence
 
 from harness_jax.envs import registry
-from harness_jax.harness_r1 import engineers, pipeline
+from harness_jax.harness_r1 import agents, engineers, pipeline
 from harness_jax.harness_r1.baseline import BaselineCache, run_sync
 from harness_jax.harness_r1.engineers import ModelEngineer, RuleBasedEngineer
 from harness_jax.harness_r1.packets import PacketDataset, build_packet_dataset
+from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
 from harness_jax.harness_r1.reward import RewardCache
 from harness_jax.harness_r1.tables import (Arm, Row, aablate_hooks, apropose, evaluate_arm, success_table,
                                            table_markdown, transfer)
@@ -55,7 +57,7 @@ from harness_jax.train import console as console_lib, rollout, spec as spec_lib
 from harness_jax.train.workdir import RunPaths
 
 SCHEMA = "harness-r1-table-v1"
-ARMS = ("default", "react", "self_refine", "rule", "prompt", "sft", "grpo")
+ARMS = ("default", "react", "self_refine", "review_hint", "rule", "prompt", "sft", "grpo")
 
 
 def model_engineer(run, workdir: str, which: str):
@@ -76,26 +78,35 @@ def model_engineer(run, workdir: str, which: str):
     if not r.colocated:
         sync(model, 0)
     return ModelEngineer(engine, tok, name=which, temperature=0.0, top_p=1.0,
-                         max_new_tokens=int(r.max_new_tokens)), engine
+                         max_new_tokens=int(r.max_new_tokens),
+                         prompt=run.method("r1").prompt_spec()), engine
 
 
-def make_arm(run, workdir: str, name: str, harness):
-    """``(Arm, closer)`` for one arm name (module docstring); ``run``: ``train.spec.RunSpec``."""
+def make_arm(run, workdir: str, name: str, harness, tok=None):
+    """``(Arm, closer)`` for one arm name (module docstring); ``run``: ``train.spec.RunSpec``;
+    ``tok``: the target's tokenizer (the Self-Refine agent renders its side turns with it;
+    default: the run's)."""
+    r1 = run.method("r1")
     if name == "default":
         return Arm("default"), None
     if name == "react":
         return Arm("react", harness=engineers.react_harness(harness)), None
     if name == "self_refine":
-        return Arm("self_refine", engineers.FixedPatchEngineer(
-            engineers.self_refine_patch(run.env.name), "self_refine")), None
+        return Arm("self_refine", agent=agents.self_refine(
+            tok if tok is not None else pipeline.target_tokenizer(run, r1),
+            enable_thinking=harness.enable_thinking)), None
+    if name == "review_hint":
+        return Arm("review_hint", engineers.FixedPatchEngineer(
+            engineers.review_hint_patch(run.env.name), "review_hint")), None
     if name == "rule":
-        return Arm("rule", engineers.RuleBasedEngineer()), None
+        return Arm("rule", engineers.RuleBasedEngineer(surface=r1.effect_surface)), None
     if name == "prompt":
         t = run.method("r1").table
         client = OpenAIChatClient(ChatClientConfig(
             base_url=t.prompt_base_url, model=t.prompt_model, api_key_env=t.prompt_api_key_env or None,
             cache_dir=os.path.join(workdir, "cache", "prompt_engineer")))
-        return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(client, temperature=0.0)), None
+        return Arm(f"prompt:{t.prompt_model}", engineers.PromptEngineer(
+            client, temperature=0.0, prompt=r1.prompt_spec())), None
     if name in ("sft", "grpo"):
         eng, engine = model_engineer(run, workdir, name)
         return Arm(name, eng), getattr(engine, "close", None)
@@ -126,7 +137,8 @@ def ablation(arm, packets, target, baselines, tasks, *, tok, cache, seed: int = 
             resp = (await apropose(arm.engineer, pk, 1, seed * 1000 + i))[0]
             try:
                 rows = await aablate_hooks(resp, pk.env_name, target, [tasks[t] for t in pk.task_ids],
-                                           baselines.get(pk.baseline_key), cache=cache, tokenizer=tok)
+                                           baselines.get(pk.baseline_key), cache=cache, tokenizer=tok,
+                                           response_protocol=RESPONSE_PROTOCOL)
             except ValueError:
                 continue                       # an invalid patch has no hooks to remove
             full.append(rows[0]["delta"])
@@ -167,13 +179,15 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
     rows, abl = [], None
     try:
         for name in arms:
-            arm, close = make_arm(run, workdir, name, harness)
+            arm, close = make_arm(run, workdir, name, harness, tok)
             try:
                 row = evaluate_arm(arm, packets, target, baselines, tasks, tokenizer=tok, cache=cache,
-                                   eval_attempts=int(r1.eval_attempts), seed=int(run.seed))
+                                   eval_attempts=int(r1.eval_attempts), seed=int(run.seed),
+                                   require_code_hook_only=bool(r1.require_code_hook_only))
                 rows.append(row)
                 console.line(f"[table] {arm.name}: success {row.success_before:.3f} -> {row.success_after:.3f} "
-                             f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches)")
+                             f"(Δ {row.delta:+.3f}, valid {row.valid_frac:.2f}, {row.batches} batches, "
+                             f"{row.infra_batches} infrastructure-incomplete)")
                 if name == r1.table.ablate and arm.engineer is not None:
                     abl = ablation(arm, packets, target, baselines, tasks, tok=tok, cache=cache, seed=int(run.seed))
             finally:
@@ -185,7 +199,7 @@ def run_table(config, workdir: str, *, split: str = "held_out", arms: Optional[S
             eng_arm = r1.table.ablate or "rule"
             arm, close = (make_arm(run, workdir, eng_arm, harness) if eng_arm != "rule" else (None, None))
             try:
-                engineer = arm.engineer if arm is not None else RuleBasedEngineer()
+                engineer = arm.engineer if arm is not None else RuleBasedEngineer(surface=r1.effect_surface)
                 tr = transfer(engineer, specs, pipeline.env_ref(run), harness,
                               [tasks[t] for t in packets[0].task_ids],
                               [tasks[t] for pk in packets[1:] for t in pk.task_ids] or

@@ -42,6 +42,9 @@ from harness_jax.harness.trajectory import Trajectory
 from harness_jax.harness_r1.baseline import EnvRef, run_baseline
 from harness_jax.harness_r1.targets import TargetIdentity, as_target
 from harness_jax.envs import registry
+# which actions commit an episode's answer per benchmark: one table for the feature counters and
+# the fix library (re-exported here)
+from harness_jax.harness.fixes import ENV_PROFILES, env_profile  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +62,8 @@ PACKET_SPLITS = {"train": "train", "validation": "search", "held_out": "selectio
 END_STATE_FIELDS = ("status", "answer", "rounds", "steps", "game_score")
 TRUNCATED = "\n[... trace truncated to fit the packet budget ...]"
 
-# Per-benchmark facts the feature counters and the rule-based engineer use: which actions commit
-# the episode's answer. ``final_tools``: tool name -> regex its JSON arguments must match (None:
-# any call); ``final_text``: regex over a text action.
-ENV_PROFILES: dict[str, dict] = {
-    "dbbench": {"final_tools": {"commit_final_answer": None}, "final_text": r"Action:\s*Answer"},
-    "alfworld": {"final_tools": {}, "final_text": None},
-    "webshop": {"final_tools": {"click_action": r"buy now"},
-                "final_text": r"click\[\s*buy now\s*\]"},
-}
 _ERROR_WORDS = re.compile(r"error|exception|invalid|not found|failed|unknown column|no such",
                           re.I)
-
-
-def env_profile(env_name: str) -> dict:
-    return ENV_PROFILES.get(env_name, {"final_tools": {}, "final_text": None})
 
 
 def is_final_action(action: Any, env_name: str) -> bool:

@@ -9,7 +9,9 @@ Stages (each skipped when its output is already in ``workdir`` for the same inpu
    environment's own splits, and the failure packets (``build_packet_dataset``: train from
    ``env.train_split``, validation from ``search``, held-out from ``env.eval_split``);
 2. ``teacher``: cold-start responses for the train packets from the rule-based engineer or an
-   OpenAI-compatible endpoint (cached, costed), normalised, invalid ones dropped and counted;
+   OpenAI-compatible endpoint (cached, costed), normalised, invalid ones dropped and counted,
+   and (``r1.teacher.filter_by_delta``) only those whose measured Delta_B on their own packet's
+   batch exceeds ``r1.teacher.min_delta_b`` kept;
 3. ``tokenizer``: with ``model.tokenizer="task_bpe"``, the engineer's BPE trained on the system
    prompt, the train packets and the teacher's responses (never on held-out packets);
 4. ``sft_examples``: prompt/response token ids, checked against ``rollout.max_len`` and
@@ -52,7 +54,8 @@ from harness_jax.harness_r1.engineers import PromptEngineer, RuleBasedEngineer
 from harness_jax.harness_r1 import packets as packets_lib
 from harness_jax.harness_r1.packets import PacketDataset
 from harness_jax.harness_r1.pool import EvaluationPool
-from harness_jax.harness_r1.prompt import SYSTEM_PROMPT, engineer_prompt_ids, engineer_prompt_text
+from harness_jax.harness_r1.baseline import run_sync
+from harness_jax.harness_r1.prompt import engineer_prompt_ids, engineer_prompt_text, system_prompt
 from harness_jax.harness_r1.reward import RewardCache
 from harness_jax.harness_r1.tables import Arm, evaluate_arm
 from harness_jax.harness_r1.training import EngineerData, EngineerExtension
@@ -107,7 +110,10 @@ def target_harness(run, r1):
 
 
 def executor_config(run, r1) -> ExecutorConfig:
-    return spec_lib.executor_config(run.harness, concurrency=int(r1.target.concurrency))
+    """The executor of the baselines and reruns: the ``harness`` section's limits, the target's
+    concurrency and the effect surface ``r1.effect_surface``."""
+    return dataclasses.replace(spec_lib.executor_config(run.harness, concurrency=int(r1.target.concurrency)),
+                               effect_surface=r1.effect_surface)
 
 
 def env_ref(run) -> EnvRef:
@@ -166,23 +172,29 @@ def stage_packets(run, r1, paths: EngineerPaths, stages: Stages, target, tok,
 
 
 def make_teacher(r1, paths: EngineerPaths):
-    """The cold-start teacher of ``r1.teacher``."""
+    """The cold-start teacher of ``r1.teacher`` (the rule-based engineer writes only fixes the
+    effect surface honours; an endpoint teacher gets the run's prompt)."""
     t = r1.teacher
     if t.kind == "rule":
-        return RuleBasedEngineer()
+        return RuleBasedEngineer(surface=r1.effect_surface)
     client = OpenAIChatClient(ChatClientConfig(
         base_url=t.base_url, model=t.model, api_key_env=t.api_key_env or None,
         cache_dir=t.cache_dir or paths.teacher_cache, price_input_per_mtok=float(t.price_in),
         price_output_per_mtok=float(t.price_out)))
     return PromptEngineer(client, temperature=float(t.temperature), max_tokens=int(t.max_tokens),
-                          role="teacher")
+                          role="teacher", prompt=r1.prompt_spec())
 
 
 def stage_teacher(run, r1, paths: EngineerPaths, stages: Stages, ds: PacketDataset,
-                  console: console_lib.Console = console_lib.QUIET) -> dict:
+                  console: console_lib.Console = console_lib.QUIET, data: Optional[EngineerData] = None) -> dict:
+    """Teacher responses for the train packets; with ``r1.teacher.filter_by_delta`` only those
+    whose measured Delta_B on their own packet's batch is > ``r1.teacher.min_delta_b`` are kept
+    (``data``: the run's ``EngineerData``, whose paired reruns measure them)."""
     t = r1.teacher
     inputs = {"packets": stages.marker("packets")["key"], "kind": t.kind, "base_url": t.base_url, "model": t.model,
-              "temperature": t.temperature, "max_tokens": t.max_tokens, "k": t.k, "seed": run.seed}
+              "temperature": t.temperature, "max_tokens": t.max_tokens, "k": t.k, "seed": run.seed,
+              "surface": r1.effect_surface, "filter": t.filter_by_delta, "min_delta_b": t.min_delta_b,
+              "prompt": dataclasses.asdict(r1.prompt_spec()) if t.kind == "endpoint" else None}
 
     def build():
         packets = ds.load("train")
@@ -196,8 +208,20 @@ def stage_teacher(run, r1, paths: EngineerPaths, stages: Stages, ds: PacketDatas
         if not rows:
             raise RuntimeError(f"the teacher {teacher.name} gave no valid patch for any of the {len(packets)} "
                                f"train packets ({stats['rejected_reasons']}); nothing to fine-tune on")
+        if t.filter_by_delta:
+            rows, fstats = run_sync(dataset_lib.afilter_by_delta(rows, packets, data.aevaluate,
+                                                                 float(t.min_delta_b)), "filter_by_delta")
+            stats = dict(stats, delta_filter=fstats)
+            console.line(f"[teacher] Δ_B filter: kept {fstats['kept']} of {fstats['kept'] + fstats['dropped']} "
+                         f"patches (kept mean Δ_B {fstats['kept_delta_b_mean']:+.3f}, dropped "
+                         f"{fstats['dropped_delta_b_mean']:+.3f}, {fstats['dropped_infra']} incomplete)")
+            if not rows:
+                raise RuntimeError(f"no patch of the teacher {teacher.name} measurably helps its own packet "
+                                   f"(Delta_B > {t.min_delta_b}) on any of the {len(packets)} train packets; "
+                                   "nothing to fine-tune on. Use a stronger teacher, lower "
+                                   "--config.r1.teacher.min_delta_b, or --config.r1.teacher.filter_by_delta=False")
         dataset_lib.write_jsonl(paths.responses, rows)
-        return dict(stats, teacher=teacher.name)
+        return dict(stats, teacher=teacher.name, responses=len(rows))
 
     return stages.run("teacher", inputs, build)
 
@@ -211,7 +235,8 @@ def stage_tokenizer(run, r1, paths: EngineerPaths, stages: Stages, ds: PacketDat
               "max_token_bytes": r1.tokenizer_max_token_bytes}
 
     def build():
-        texts = [SYSTEM_PROMPT] + [engineer_prompt_text(pk) for pk in ds.load("train")]
+        spec = r1.prompt_spec()
+        texts = [system_prompt(spec, run.env.name)] + [engineer_prompt_text(pk, spec) for pk in ds.load("train")]
         texts += [r["response"] for r in dataset_lib.load_sft_examples(paths.responses)]
         tok = task_tokenizer.train_bpe(texts, paths.tokenizer, int(m.tokenizer_vocab),
                                        max_token_bytes=int(r1.tokenizer_max_token_bytes))
@@ -220,11 +245,11 @@ def stage_tokenizer(run, r1, paths: EngineerPaths, stages: Stages, ds: PacketDat
     return stages.run("tokenizer", inputs, build)
 
 
-def check_lengths(run, ds: PacketDataset, tokenizer, examples) -> dict:
+def check_lengths(run, ds: PacketDataset, tokenizer, examples, prompt=None) -> dict:
     """Prompt and response lengths against the engine and the packer (raises, naming the
-    field, when something would be truncated)."""
+    field, when something would be truncated); ``prompt``: the run's ``PromptSpec``."""
     r = run.rollout
-    prompts = [len(engineer_prompt_ids(pk, tokenizer)) for s in ds.splits() for pk in ds.load(s)]
+    prompts = [len(engineer_prompt_ids(pk, tokenizer, prompt)) for s in ds.splits() for pk in ds.load(s)]
     longest_prompt = max(prompts) if prompts else 0
     if longest_prompt + int(r.max_new_tokens) > int(r.max_len):
         raise ValueError(
@@ -247,14 +272,16 @@ def check_lengths(run, ds: PacketDataset, tokenizer, examples) -> dict:
             "responses_over_max_new_tokens": sum(n > int(r.max_new_tokens) for n in responses)}
 
 
-def stage_sft_examples(run, paths: EngineerPaths, stages: Stages, ds: PacketDataset, tokenizer) -> dict:
+def stage_sft_examples(run, paths: EngineerPaths, stages: Stages, ds: PacketDataset, tokenizer,
+                       prompt=None) -> dict:
     upstream = [stages.marker("teacher")["key"], (stages.marker("tokenizer") or {}).get("key")]
-    inputs = {"upstream": stages.key(upstream), "tokenizer": run.model.tokenizer}
+    inputs = {"upstream": stages.key(upstream), "tokenizer": run.model.tokenizer,
+              "prompt": dataclasses.asdict(prompt) if prompt is not None else None}
 
     def build():
         rows = dataset_lib.load_sft_examples(paths.responses)
-        examples = dataset_lib.examples_from_responses(rows, ds.load("train"), tokenizer)
-        out = check_lengths(run, ds, tokenizer, examples)
+        examples = dataset_lib.examples_from_responses(rows, ds.load("train"), tokenizer, prompt)
+        out = check_lengths(run, ds, tokenizer, examples, prompt)
         dataset_lib.write_jsonl(paths.examples, examples)
         return dict(out, examples=len(examples), response_tokens=sum(len(e["response_ids"]) for e in examples))
 
@@ -271,7 +298,8 @@ def stage_reference(run, stages: Stages, data: EngineerData) -> dict:
         packets = data.dataset.load(data.eval_split)[:n]
         if not packets:
             return {"delta_b": float("nan"), "packets": 0}
-        row = evaluate_arm(Arm("rule", RuleBasedEngineer()), packets, data.target, data.baselines,
+        row = evaluate_arm(Arm("rule", RuleBasedEngineer(surface=data.prompt.effect_surface)), packets,
+                           data.target, data.baselines,
                            data.dataset.tasks(data.eval_split), tokenizer=data.target_tokenizer,
                            cache=data.reward_cache, eval_attempts=data.eval_attempts, seed=int(run.seed))
         return {"delta_b": row.delta, "valid_frac": row.valid_frac, "noop_frac": row.noop_frac,
@@ -308,20 +336,22 @@ def run(config, workdir, *, console: console_lib.Console = console_lib.QUIET, de
         console.line(f"[target] {target.identity}")
         ds, info["packets"] = stage_packets(spec, r1, paths, stages, target, tok, console)
         console.line(f"[packets] {_packets_line(info['packets'])}")
-        info["teacher"] = stage_teacher(spec, r1, paths, stages, ds, console)
-        console.line(f"[teacher] {info['teacher']['responses']} responses, "
-                     f"{info['teacher']['rejected']} rejected ({info['teacher']['teacher']})")
-        info["tokenizer"] = stage_tokenizer(spec, r1, paths, stages, ds)
-        eng_tok = rollout.load_tokenizer(spec, paths.tokenizer)
-        info["sft_examples"] = stage_sft_examples(spec, paths, stages, ds, eng_tok)
-        s = info["sft_examples"]
-        console.line(f"[sft data] {s['examples']} examples; engineer tokens: prompts <= {s['prompt_tokens_max']}, "
-                     f"responses mean {s['response_tokens_mean']:.0f} / max {s['response_tokens_max']}")
         data = EngineerData(target=target, target_tokenizer=tok, dataset=ds,
                             baselines=BaselineCache(paths.baseline_cache(r1.packets)),
                             reward_cache=RewardCache(paths.reward_cache), sft_examples=paths.examples,
                             eval_split="held_out", eval_attempts=int(r1.eval_attempts),
-                            require_code_hook_only=bool(r1.require_code_hook_only), pool=_pool(r1, paths))
+                            require_code_hook_only=bool(r1.require_code_hook_only),
+                            prompt=r1.prompt_spec(), cross_batch=bool(r1.cross_batch))
+        info["teacher"] = stage_teacher(spec, r1, paths, stages, ds, console, data=data)
+        console.line(f"[teacher] {info['teacher']['responses']} responses, "
+                     f"{info['teacher']['rejected']} rejected ({info['teacher']['teacher']})")
+        info["tokenizer"] = stage_tokenizer(spec, r1, paths, stages, ds)
+        eng_tok = rollout.load_tokenizer(spec, paths.tokenizer)
+        info["sft_examples"] = stage_sft_examples(spec, paths, stages, ds, eng_tok, r1.prompt_spec())
+        s = info["sft_examples"]
+        console.line(f"[sft data] {s['examples']} examples; engineer tokens: prompts <= {s['prompt_tokens_max']}, "
+                     f"responses mean {s['response_tokens_mean']:.0f} / max {s['response_tokens_max']}")
+        data.pool = _pool(r1, paths)
         try:
             if r1.reference_rule:
                 info["reference"] = stage_reference(spec, stages, data)
@@ -387,8 +417,9 @@ def summarize(paths: EngineerPaths, stages: dict, wall_s: float) -> dict:
     sft = [r for r in rows if "sft/nll" in r]
     grpo = [r for r in rows if "r1/delta_b_mean" in r]
     train = stages.get("train", {}).get("summary", {})
-    evals = {e["tag"]: {k: e.get(k) for k in ("delta_b", "valid_frac", "noop_frac", "best_of_k_delta_b",
-                                                "improved_frac",
+    evals = {e["tag"]: {k: e.get(k) for k in ("delta_b", "reward", "valid_frac", "noop_frac", "best_of_k_delta_b",
+                                                "improved_frac", "infra_samples", "cross_delta_b", "task_deltas",
+                                                "cross_task_deltas", "details",
                                                 "baseline_success", "success_rate", "packets", "k",
                                                 "temperature", "time_s", "step", "greedy")}
              for e in train.get("eval", [])}
@@ -402,6 +433,8 @@ def summarize(paths: EngineerPaths, stages: dict, wall_s: float) -> dict:
            "grpo": {"steps": len(grpo),
                     "delta_b_mean": [r["r1/delta_b_mean"] for r in grpo],
                     "valid_frac": [r["r1/valid_frac"] for r in grpo],
+                    "reward_mean": [r.get("r1/reward_mean") for r in grpo],
+                    "infra_frac": [r.get("r1/infra_frac", 0.0) for r in grpo],
                     "zero_variance_packets": [r["r1/zero_variance_packets"] for r in grpo],
                     "step_s": [r.get("time/step_s") for r in grpo],
                     "cache_hit_frac": [r.get("r1/cache_hit_frac") for r in grpo],

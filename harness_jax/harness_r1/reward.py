@@ -1,19 +1,27 @@
 """The engineer's reward: the frozen target's paired improvement when a patch is installed.
 
-``r(B, P) = Delta_B(P) = mean_i (R_i^P - R_i^0)`` when ``P`` is valid, fires at run time and its
-evaluation is complete, else 0. ``R_i`` is task i's mean over its episodes; ``R^0`` comes from
-the cached ``Baseline``, and the patched rerun replays exactly the baseline's episodes (same
+``Delta_B(P) = mean_i (R_i^P - R_i^0)``; ``R_i`` is task i's mean over its episodes; ``R^0`` comes
+from the cached ``Baseline``, and the patched rerun replays exactly the baseline's episodes (same
 target, environment, harness, executor settings, task ids, sampling keys and seed), so the two
-runs are paired per episode. Zero rewards:
+runs are paired per episode. The reward (``RewardSpec``; the paper's defaults give
+``r = Delta_B`` for a valid, firing, complete patch and 0 otherwise):
 
-* unparsable / invalid (schema, leakage, lint): ``valid=False``;
-* a runtime no-op (valid, but no hook point took an effect during the whole rerun and it sets
-  no runtime config): ``noop=True``;
+* valid, fires at run time, complete: ``Delta_B + valid_bonus`` (negative when the patch hurts);
+* unparsable / invalid (schema, leakage, lint): ``valid=False``, reward ``invalid_reward``;
+* a runtime no-op (valid, but no hook point took an effect the runtime honoured during the whole
+  rerun and it sets no runtime config): ``noop=True``, rejected like an invalid patch (the
+  public runtime's ``reject_runtime_noop_patch``): reward ``invalid_reward``;
 * incomplete (some episode still failed with an infrastructure error after
   ``eval_attempts`` rounds): ``complete=False, infra_error=True``. Its reward is 0 as the method
   states, but such a sample is NOT scored for training: ``group_advantages_K`` leaves it out of
   the group statistics (an infrastructure failure is never a task failure, and never a lesson
-  for the engineer).
+  for the engineer). A hook's effect cannot cause one: the executor ignores effects that do not
+  fit the episode and scores an environment failure on a hook's action as a task failure.
+
+``RewardSpec.adv_baseline`` chooses what the K rewards are compared with: ``"group"`` (the
+paper's ``(r_k - mu_B) / sigma_B`` over the K samples) or ``"group_with_noop"`` (a virtual "no
+patch" sample of reward 0 -- the exact Delta_B of deploying nothing -- joins the mean and std, so
+a patch that hurts is pushed down even when every sample of the packet hurts).
 
 Evaluations are cached content-addressed (``RewardCache``, file-locked JSON): the key hashes the
 normalised patch, the task ids, the baseline's fingerprint, the target identity, the environment,
@@ -37,6 +45,7 @@ import numpy as np
 
 from harness_jax.envs.base import Task
 from harness_jax.harness.executor import ExecutorConfig
+from harness_jax.harness.overlay import took_effect
 from harness_jax.harness.patches import Patch
 from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
@@ -47,6 +56,43 @@ from harness_jax.types import TokenSegment
 from harness_jax.harness.overlay import reject_runtime_noop
 
 REWARD_PROTOCOL = "harness-r1-reward-v1"
+ADV_BASELINES = ("group", "group_with_noop")
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSpec:
+    """How an evaluated patch is rewarded and compared (module docstring); the defaults are the
+    paper's and the public code's (``invalid_patch`` score 0.0, ``valid_bonus`` 0.0, GRPO over
+    the K samples)."""
+
+    invalid_reward: float = 0.0        # reward of an invalid, unparsable or runtime no-op patch
+    valid_bonus: float = 0.0           # added to Delta_B of a valid, firing, complete patch
+    adv_baseline: str = "group"        # "group" | "group_with_noop" (ADV_BASELINES)
+
+    def __post_init__(self):
+        if self.adv_baseline not in ADV_BASELINES:
+            raise ValueError(f"RewardSpec.adv_baseline={self.adv_baseline!r}: use one of "
+                             f"{ADV_BASELINES}")
+        for name in ("invalid_reward", "valid_bonus"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or v != v or abs(v) > 10:
+                raise ValueError(f"RewardSpec.{name}={v!r}: a finite number in [-10, 10] "
+                                 "(Delta_B itself lies in [-1, 1])")
+
+    def of(self, *, valid: bool, complete: bool, noop: bool, delta: float) -> float:
+        """The reward of one evaluation."""
+        if not valid or (complete and noop):
+            return float(self.invalid_reward)
+        if not complete:
+            return 0.0                      # infrastructure: not scored anyway
+        return float(delta) + float(self.valid_bonus)
+
+    @property
+    def noop_arm(self) -> bool:
+        return self.adv_baseline == "group_with_noop"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 class RewardCache:
@@ -103,6 +149,19 @@ class PatchEvaluation:
     wall_s: float = 0.0
     cached: bool = False
     duplicate_of: Optional[int] = None   # in a group: the sample whose evaluation this reuses
+
+    @property
+    def deployed_delta(self) -> float:
+        """Delta_B of what this sample deploys: its patch when valid, firing and complete;
+        nothing (0.0) otherwise. The success change a table reports, whatever the reward."""
+        return float(self.delta) if self.valid and self.complete and not self.noop else 0.0
+
+    def task_deltas(self) -> dict:
+        """Per task, ``R^P - R^0`` of what this sample deploys (0.0 for every task when it
+        deploys nothing): the paired per-task values intervals are taken over."""
+        if not (self.valid and self.complete and not self.noop):
+            return {t: 0.0 for t in self.baseline}
+        return {t: float(self.patched[t]) - float(b) for t, b in self.baseline.items()}
 
     @property
     def scored(self) -> bool:
@@ -171,9 +230,10 @@ def _reward_context(target: FrozenTarget, baseline: Baseline, harness: HarnessSp
 async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task], *,
                  patch: Optional[Patch] = None, harness: Optional[HarnessSpec] = None,
                  tokenizer=None, eval_attempts: int = 3, concurrency: Optional[int] = None,
-                 run_tag: str = "") -> dict:
+                 run_tag: str = "", agent=None) -> dict:
     """Reruns the baseline's episodes of ``tasks`` (paired keys and seed) with ``patch``
-    installed and/or another ``harness``; returns ``{"rewards", "trajectories", "errors",
+    installed and/or another ``harness`` and/or the target inside an ``agent`` wrapper
+    (``agents.SelfRefine``: target -> engine); returns ``{"rewards", "trajectories", "errors",
     "fired", "hook_effects"}``."""
     harness = harness or baseline.harness_spec
     cfg = ExecutorConfig(**{k: v for k, v in baseline.executor.items()
@@ -182,11 +242,11 @@ async def arerun(target: FrozenTarget, baseline: Baseline, tasks: Sequence[Task]
     by_id = {t.task_id: t for t in tasks}
     samples = [(by_id[t], k) for t, k in baseline.samples(list(by_id))]
     tag = run_tag or f"rerun-{uuid.uuid4().hex[:10]}"
+    engine = agent(target) if agent is not None else target
     rewards, trajs, errors, effects = await run_keyed(
-        target, baseline.env_ref, harness, samples, seed=baseline.seed, config=cfg,
+        engine, baseline.env_ref, harness, samples, seed=baseline.seed, config=cfg,
         tokenizer=tokenizer, overlay=patch, attempts=eval_attempts, run_tag=tag)
-    fired = patch is not None and (bool(patch.config()) or any(
-        st.get("effects") for st in effects.values()))
+    fired = patch is not None and (bool(patch.config()) or took_effect(effects))
     return {"rewards": rewards, "trajectories": trajs, "errors": errors, "fired": fired,
             "hook_effects": effects}
 
@@ -198,14 +258,17 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
                           harness: Optional[HarnessSpec] = None,
                           concurrency: Optional[int] = None, store=None,
                           reward_context: Optional[dict] = None,
-                          dry_run_contexts: Optional[Sequence[dict]] = None) -> PatchEvaluation:
+                          dry_run_contexts: Optional[Sequence[dict]] = None,
+                          reward: Optional[RewardSpec] = None) -> PatchEvaluation:
     """Validates ``patch_text`` (a patch dict, its JSON, or the engineer's raw reply), reruns
     the frozen target on the baseline's episodes of ``tasks`` with it installed, and returns
     the reward (module docstring). ``harness`` reruns under another harness (the baseline's by
     default; a ReAct/Self-Refine comparison); ``reward_context`` adds keys to the cache key;
     ``dry_run_contexts`` (hook contexts recorded with ``ExecutorConfig(record_hook_contexts=
     True)``) rejects a patch that would change nothing on them before any rerun (a cheap early
-    no-op check; the rerun's own no-op rule applies regardless)."""
+    no-op check; the rerun's own no-op rule applies regardless); ``reward`` (a ``RewardSpec``,
+    default the paper's) turns the evaluation into the reward."""
+    spec = reward or RewardSpec()
     if eval_attempts < 1:
         raise ValueError(f"eval_attempts must be >= 1, got {eval_attempts}")
     target = as_target(target, tokenizer)
@@ -218,10 +281,12 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
     if res.ok and dry_run_contexts is not None:
         msg = reject_runtime_noop(res.patch, dry_run_contexts, env_name=env_name)
         if msg:
-            return PatchEvaluation(0.0, True, True, [msg], patch_id=res.patch.patch_id,
-                                   noop=True, baseline=base_means)
+            return PatchEvaluation(spec.of(valid=True, complete=True, noop=True, delta=0.0), True,
+                                   True, [msg], patch_id=res.patch.patch_id, noop=True,
+                                   baseline=base_means)
     if not res.ok:
-        return PatchEvaluation(0.0, False, False, list(res.errors), baseline=base_means)
+        return PatchEvaluation(spec.invalid_reward, False, False, list(res.errors),
+                               baseline=base_means)
     patch = res.patch
     harness = harness or baseline.harness_spec
     key = None
@@ -232,6 +297,8 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
         if hit is not None:
             hit = {k: v for k, v in hit.items() if k in
                    {f.name for f in dataclasses.fields(PatchEvaluation)}}
+            hit["reward"] = spec.of(valid=True, complete=hit["complete"], noop=hit["noop"],
+                                    delta=hit["delta"])
             return PatchEvaluation(**{**hit, "cached": True, "episodes": 0})
     t0 = time.perf_counter()
     run = await arerun(target, baseline, list(tasks), patch=patch, harness=harness,
@@ -250,7 +317,8 @@ async def aevaluate_patch(patch_text: Any, env_name: str, target, tasks: Sequenc
     if noop:
         errors.append("runtime no-op: the patch never took effect during the rerun (valid, but "
                       "it changes nothing)")
-    out = PatchEvaluation(reward=delta if complete and not noop else 0.0, valid=True,
+    out = PatchEvaluation(reward=spec.of(valid=True, complete=complete, noop=noop, delta=delta),
+                          valid=True,
                           complete=complete, errors=errors, patch_id=patch.patch_id, delta=delta,
                           noop=noop, infra_error=not complete, patched=_means(run["rewards"]),
                           baseline=base_means, episodes=len(run["trajectories"]),
@@ -290,6 +358,7 @@ class GroupEvaluation:
                 "noop_frac": sum(e.noop for e in ev) / k,
                 "infra_frac": sum(e.infra_error for e in ev) / k,
                 "mean_reward": float(np.mean(self.rewards_K)),
+                "mean_delta": float(np.mean([e.deployed_delta for e in ev])),
                 "max_reward": float(np.max(self.rewards_K)),
                 "unique_patches": self.unique_patches, "evaluated": self.evaluated,
                 "duplicates": sum(e.duplicate_of is not None for e in ev),
@@ -299,13 +368,17 @@ class GroupEvaluation:
                 "target_episodes": sum(e.episodes for e in ev)}
 
 
-def group_advantages_K(rewards_K, scored_K=None, eps: float = 1e-6) -> tuple[np.ndarray, bool]:
+def group_advantages_K(rewards_K, scored_K=None, eps: float = 1e-6,
+                       noop_arm: bool = False) -> tuple[np.ndarray, bool]:
     """Sequence-level GRPO advantages of one packet's K samples, ``(A_K, zero_variance)``.
 
     ``A_k = (r_k - mean) / max(std, eps)`` over the scored samples (``rl.losses.
     group_advantages``, population std); unscored samples (infrastructure-incomplete) get 0 and
-    are left out of the mean and std. A packet whose scored rewards are all equal (or that has
-    fewer than two scored samples) is zero-variance: every advantage is exactly 0.
+    are left out of the mean and std. ``noop_arm``: a virtual sample of reward 0 (deploying no
+    patch) joins the mean and std without getting an advantage (``RewardSpec.adv_baseline=
+    "group_with_noop"``; the loop's ``Group.baseline_rewards`` is the same math). A packet whose
+    rewards in the statistics are all equal (or that has fewer than two of them) is
+    zero-variance: every advantage is exactly 0.
     """
     r_K = np.asarray(rewards_K, np.float32)
     if r_K.ndim != 1:
@@ -315,13 +388,15 @@ def group_advantages_K(rewards_K, scored_K=None, eps: float = 1e-6) -> tuple[np.
         raise ValueError(f"scored_K shape {s_K.shape} != rewards_K shape {r_K.shape}")
     adv_K = np.zeros_like(r_K)
     idx = np.flatnonzero(s_K)
-    if len(idx) < 2 or r_K[idx].max() == r_K[idx].min():
+    stats = np.concatenate([np.zeros(int(noop_arm), np.float32), r_K[idx]])
+    if len(stats) < 2 or stats.max() == stats.min() or not len(idx):
         return adv_K, True
-    adv_K[idx] = np.asarray(group_advantages(r_K[idx][None], eps=eps))[0]
+    adv_K[idx] = np.asarray(group_advantages(stats[None], eps=eps))[0][int(noop_arm):]
     return adv_K, False
 
 
-def advantages_NK(rewards_NK, scored_NK=None, eps: float = 1e-6) -> tuple[np.ndarray, dict]:
+def advantages_NK(rewards_NK, scored_NK=None, eps: float = 1e-6,
+                  noop_arm: bool = False) -> tuple[np.ndarray, dict]:
     """``group_advantages_K`` per packet of a step's ``[N packets, K samples]`` rewards;
     returns ``(A_NK, {"zero_variance_frac", "zero_variance_packets", "scored_frac"})``."""
     r_NK = np.asarray(rewards_NK, np.float32)
@@ -331,7 +406,7 @@ def advantages_NK(rewards_NK, scored_NK=None, eps: float = 1e-6) -> tuple[np.nda
     out = np.zeros_like(r_NK)
     zv = 0
     for n in range(r_NK.shape[0]):
-        out[n], z = group_advantages_K(r_NK[n], s_NK[n], eps)
+        out[n], z = group_advantages_K(r_NK[n], s_NK[n], eps, noop_arm)
         zv += int(z)
     n = max(r_NK.shape[0], 1)
     return out, {"zero_variance_frac": zv / n, "zero_variance_packets": zv,
@@ -344,9 +419,11 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
                           eps: float = 1e-6, **kw) -> GroupEvaluation:
     """Evaluates a packet's K engineer responses (module docstring): each parsed and validated
     independently, identical normalised patches evaluated once, the distinct ones in parallel
-    (``pool``: an ``EvaluationPool`` of worker processes; else concurrently here)."""
+    (``pool``: an ``EvaluationPool`` of worker processes; else concurrently here). ``reward=``
+    (a ``RewardSpec``) sets the rewards and the advantage baseline."""
     if not responses:
         raise ValueError("aevaluate_group: no responses")
+    spec = kw.get("reward") or RewardSpec()
     target = as_target(target, kw.get("tokenizer"))
     check_pairing(target, env_name, baseline, tasks)
     proto = {k: kw[k] for k in ("require_code_hook_only", "response_protocol") if k in kw}
@@ -357,7 +434,7 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
     for i, r in enumerate(responses):
         v = validate_patch(r, env_name=env_name, **proto)
         if not v.ok:
-            results[i] = PatchEvaluation(0.0, False, False, list(v.errors),
+            results[i] = PatchEvaluation(spec.invalid_reward, False, False, list(v.errors),
                                          baseline={t: baseline.mean(t) for t in
                                                    [x.task_id for x in tasks]})
             continue
@@ -382,7 +459,7 @@ async def aevaluate_group(responses: Sequence[Any], env_name: str, target,
             results[i] = dataclasses.replace(results[j], duplicate_of=j, episodes=0)
     rewards = np.asarray([e.reward for e in results], np.float32)
     scored = np.asarray([e.scored for e in results], bool)
-    adv, zv = group_advantages_K(rewards, scored, eps)
+    adv, zv = group_advantages_K(rewards, scored, eps, spec.noop_arm)
     return GroupEvaluation(evaluations=results, rewards_K=rewards, scored_K=scored,
                            advantages_K=adv, unique_patches=len(todo),
                            evaluated=sum(not e.cached for e in evs), zero_variance=zv)

@@ -1,8 +1,10 @@
 """Baselines, hook ablations and transfer as library functions producing table rows.
 
 An ``Arm`` is one row of the paper's main table: what is deployed for the frozen target on a
-packet's batch. ``default`` deploys nothing (the baseline itself); ``react`` swaps the harness;
-``self_refine`` installs a fixed overlay; engineer arms (rule-based, prompt-based on any
+packet's batch. ``default`` deploys nothing (the baseline itself); ``react`` swaps the harness
+(the public baseline's Thought/Action contract); ``self_refine`` wraps the target in the
+draft-critique-refine agent (``agents.SelfRefine``); ``review_hint`` installs a fixed review hint
+overlay; engineer arms (rule-based, prompt-based on any
 endpoint, the SFT or GRPO engineer behind an engine) write one patch per packet. Every arm is
 measured as a paired rerun against the cached baseline of the packet's batch, so an arm's
 success is ``baseline success + Delta_B`` (an invalid or no-op patch deploys nothing and keeps
@@ -27,6 +29,7 @@ from harness_jax.harness.specs import HarnessSpec
 from harness_jax.harness.validation import validate_patch
 from harness_jax.harness_r1.baseline import Baseline, arun_baseline, run_sync
 from harness_jax.harness_r1.packets import Packet, packet_from_baseline
+from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
 from harness_jax.harness_r1.reward import aevaluate_patch, arerun, delta_b
 from harness_jax.harness_r1.targets import as_target
 
@@ -38,12 +41,14 @@ HOOK_OF_ACTION = {"add_or_edit_skill": "on_init", "edit_tool_hint": "on_init",
 
 @dataclasses.dataclass
 class Arm:
-    """What is deployed: an ``engineer`` (packet -> patch), a ``harness`` override, both or
-    neither (the default harness)."""
+    """What is deployed: an ``engineer`` (packet -> patch), a ``harness`` override, an ``agent``
+    wrapper around the target (target engine -> engine, e.g. ``agents.self_refine(tok)``), any
+    of them or none (the default harness)."""
 
     name: str
     engineer: Any = None
     harness: Optional[HarnessSpec] = None
+    agent: Any = None
 
 
 @dataclasses.dataclass
@@ -68,9 +73,13 @@ class Row:
 
 async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: dict,
                         tasks: dict, *, seed: int = 0, tokenizer=None, cache=None,
-                        eval_attempts: int = 3) -> Row:
+                        eval_attempts: int = 3, response_protocol: str = RESPONSE_PROTOCOL,
+                        require_code_hook_only: bool = False) -> Row:
     """One arm over packets of one benchmark. ``baselines``: baseline key -> ``Baseline`` (or a
-    ``BaselineCache``); ``tasks``: task id -> ``Task`` (``PacketDataset.tasks``)."""
+    ``BaselineCache``); ``tasks``: task id -> ``Task`` (``PacketDataset.tasks``). Engineers'
+    responses are validated exactly as in training (``response_protocol``,
+    ``require_code_hook_only``); a row's success change is the Delta_B of what is deployed,
+    whatever the training reward's options."""
     if not packets:
         raise ValueError("aevaluate_arm: no packets")
     target = as_target(target, tokenizer)
@@ -85,7 +94,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
         base = _baseline(baselines, pk.baseline_key)
         batch = [tasks[t] for t in pk.task_ids]
         b0 = base.success_rate
-        if arm.engineer is None and arm.harness is None:
+        if arm.engineer is None and arm.harness is None and arm.agent is None:
             before.append(b0)
             after.append(b0)
             valid += 1
@@ -93,7 +102,7 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
             continue
         if arm.engineer is None:
             run = await arerun(target, base, batch, harness=arm.harness, tokenizer=tokenizer,
-                               eval_attempts=eval_attempts)
+                               eval_attempts=eval_attempts, agent=arm.agent)
             d, complete = delta_b({t: base.rewards[t] for t in pk.task_ids}, run["rewards"])
             ok, is_noop, n_ep, errs = complete, False, len(run["trajectories"]), run["errors"]
             valid += int(complete)
@@ -101,8 +110,10 @@ async def aevaluate_arm(arm: Arm, packets: Sequence[Packet], target, baselines: 
             response = (await apropose(arm.engineer, pk, 1, seed * 1000 + i))[0]
             ev = await aevaluate_patch(response, env, target, batch, base, harness=arm.harness,
                                        cache=cache, tokenizer=tokenizer,
-                                       eval_attempts=eval_attempts)
-            d, ok, is_noop, n_ep, errs = ev.reward, ev.scored, ev.noop, ev.episodes, ev.errors
+                                       eval_attempts=eval_attempts,
+                                       response_protocol=response_protocol,
+                                       require_code_hook_only=require_code_hook_only)
+            d, ok, is_noop, n_ep, errs = ev.deployed_delta, ev.scored, ev.noop, ev.episodes, ev.errors
             valid += int(ev.valid)
         episodes += n_ep
         if not ok:
@@ -200,7 +211,8 @@ async def aablate_hooks(patch_text: Any, env_name: str, target, tasks: Sequence[
     Rows ``{"removed": None | hook, "delta", "drop"}``; ``drop = full delta - ablated delta``
     (how much that hook point contributes). Removing the only hook point leaves no patch:
     its delta is 0 by definition (nothing is deployed)."""
-    res = validate_patch(patch_text, env_name=env_name)
+    res = validate_patch(patch_text, env_name=env_name,
+                         response_protocol=kw.get("response_protocol", "free"))
     if not res.ok:
         raise ValueError(f"aablate_hooks: the patch is invalid: {res.errors[:3]}")
     patch = res.patch.to_dict()
@@ -250,10 +262,11 @@ async def atransfer(engineer, targets: Sequence[Any], env, harness: HarnessSpec,
                                        n_per_task=n_per_task, seed=s, cache=baseline_cache,
                                        tokenizer=tokenizer, config=config)
             ev = await aevaluate_patch(response, held.env["name"], target, heldout_tasks, held,
-                                       cache=reward_cache, tokenizer=tokenizer)
+                                       cache=reward_cache, tokenizer=tokenizer,
+                                       response_protocol=RESPONSE_PROTOCOL)
             valid = ev.valid
             if ev.scored:
-                deltas.append(ev.reward)
+                deltas.append(ev.deployed_delta)
                 befores.append(held.success_rate)
         mean_d = statistics.fmean(deltas) if deltas else float("nan")
         b0 = statistics.fmean(befores) if befores else float("nan")

@@ -4,7 +4,8 @@ One interface (``Editor.propose``), chosen by registered name (``make_editor``):
 
 * ``deterministic`` — a library of named **edit operators**, each addressing some root-cause
   families with a spec change and/or an overlay (``harness-r1-patch-v1``) action. No LLM: this is
-  what evolution runs offline and in tests.
+  what evolution runs offline and in tests. The code-hook operators are fixes of the shared fix
+  library (``harness.fixes``), the one Harness-R1's rule-based engineer composes patches from.
 * ``llm`` — an OpenAI-compatible model gets the parent's components, the direction and failure
   excerpts, and returns ``{"rationale", "spec_changes", "overlay"}``; the result is applied and
   validated (spec checks, ``validate_patch``, "must change something") and repaired once or
@@ -22,6 +23,7 @@ import json
 import math
 from typing import Any, Callable, Optional, Protocol, Sequence
 
+from harness_jax.harness import fixes
 from harness_jax.harness.patches import SCHEMA_VERSION
 from harness_jax.harness.siblings import Sibling
 from harness_jax.harness.specs import HarnessSpec
@@ -192,18 +194,13 @@ def operator(name: str, families: Sequence[str], description: str):
     return deco
 
 
-SCHEMA_PREVIEW_HOOK = '''def hook(ctx, nb):
-    if ctx.turn != 0:
-        return None
-    text = str((ctx.task or {}).get("instruction") or "")
-    m = re.search(r"name of this table is (.+?), and the headers", text)
-    if m:
-        q = "SELECT * FROM `" + m.group(1).strip() + "` LIMIT 5"
-        return {"message": "Start by previewing the table: run " + q
-                + " and read the columns and values before writing the real query."}
-    return {"message": "Start by inspecting the data source (its schema and a few rows) "
-                       "before writing the real query."}
-'''
+def fix_hook(name: str) -> str:
+    """The code of the library fix ``name`` as a standalone hook (``harness.fixes``: the one
+    fix library Harness-R1's rule-based engineer composes from)."""
+    return fixes.hook_code([fixes.library("dbbench")[name]], "dbbench")
+
+
+SCHEMA_PREVIEW_HOOK = fix_hook("schema_preview")
 
 
 @operator("schema_preview", ("answered_without_inspecting", "tool_error", "empty_result",
@@ -237,21 +234,7 @@ def _error_recovery(parent: Sibling, ctx: EditContext) -> Sibling:
          "message": env_text(ctx, "recover")}], ctx.env_name, "recover from errors")
 
 
-BLOCK_AFTER_ERROR_HOOK = '''def hook(ctx, nb):
-    act = ctx.action or {}
-    text = str(act.get("text") or "") + " " + str(act.get("name") or "")
-    if not re.search(r"final answer|commit_final_answer|submit", text, re.I):
-        return None
-    hist = ctx.history or []
-    if not hist:
-        return None
-    last = str(hist[-1].get("observation") or "")
-    if re.search(r"error|exception|no such|unknown column|doesn't exist|failed", last, re.I):
-        return {"kind": "block_and_prompt",
-                "message": "Do not answer yet: the previous action did not succeed. Correct "
-                           "it and run it again, then answer from its result."}
-    return None
-'''
+BLOCK_AFTER_ERROR_HOOK = fix_hook("block_answer_after_error")
 
 
 def _with_guard(parent: Sibling, ctx: EditContext, name: str, code: str, summary: str) -> Sibling:
@@ -349,45 +332,7 @@ def _shorter_obs(parent: Sibling, ctx: EditContext) -> Sibling:
                      memory=dataclasses.replace(m, kind="sliding_window"))
 
 
-NORMALISE_ANSWER_HOOK = '''def clean(x):
-    s = str(x).strip()
-    s = re.sub(r"[.\\s]+$", "", s)
-    return s.strip("'").strip('"').strip()
-
-def hook(ctx, nb):
-    act = ctx.action or {}
-    name = act.get("name")
-    if name:
-        if not re.match(r"(commit_final_answer|submit)$", str(name)):
-            return None
-        args = dict(act.get("arguments") or {})
-        changed = False
-        for key in list(args.keys()):
-            v = args[key]
-            if isinstance(v, list):
-                nv = [clean(x) for x in v]
-            elif isinstance(v, str):
-                nv = clean(v)
-            else:
-                continue
-            if nv != v:
-                args[key] = nv
-                changed = True
-        if changed:
-            return {"kind": "rewrite_action", "message": "",
-                    "action": {"name": name, "arguments": args}}
-        return None
-    text = str(act.get("text") or "")
-    m = re.search(r"Final Answer:(.*)", text)
-    if not m:
-        return None
-    body = m.group(1).strip()
-    if body.startswith("["):
-        return None
-    value = clean(body).replace('"', "'")
-    new = text[:m.start()] + 'Final Answer: ["' + value + '"]'
-    return {"kind": "rewrite_action", "message": "", "action": new}
-'''
+NORMALISE_ANSWER_HOOK = fix_hook("answer_format_normaliser")
 
 
 @operator("answer_format_normaliser", ("wrong_answer",),
@@ -396,40 +341,7 @@ def _normalise_answer(parent: Sibling, ctx: EditContext) -> Sibling:
     return _with_guard(parent, ctx, "answer_format_normaliser", NORMALISE_ANSWER_HOOK, "normalise answers")
 
 
-ANSWER_FROM_RESULT_HOOK = '''def values(obs):
-    out = []
-    for m in re.finditer(r"\\((?:'([^']*)'|\\"([^\\"]*)\\"|(-?[0-9][0-9.]*)),?\\)", obs):
-        out.append(m.group(1) or m.group(2) or m.group(3) or "")
-    return out
-
-def hook(ctx, nb):
-    act = ctx.action or {}
-    hist = ctx.history or []
-    if not hist:
-        return None
-    vals = values(str(hist[-1].get("observation") or ""))
-    if not vals:
-        return None
-    name = act.get("name")
-    if name:
-        if not re.match(r"(commit_final_answer|submit)$", str(name)):
-            return None
-        args = dict(act.get("arguments") or {})
-        keys = [k for k, v in args.items() if isinstance(v, list)]
-        if not keys or args[keys[0]] == vals:
-            return None
-        args[keys[0]] = vals
-        return {"kind": "rewrite_action", "message": "",
-                "action": {"name": name, "arguments": args}}
-    text = str(act.get("text") or "")
-    m = re.search(r"Final Answer:", text)
-    if not m:
-        return None
-    new = text[:m.start()] + "Final Answer: [" + ", ".join('"' + v + '"' for v in vals) + "]"
-    if new == text:
-        return None
-    return {"kind": "rewrite_action", "message": "", "action": new}
-'''
+ANSWER_FROM_RESULT_HOOK = fix_hook("answer_from_result")
 
 
 @operator("answer_from_result", ("wrong_answer",),

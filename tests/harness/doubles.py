@@ -51,12 +51,13 @@ class ScriptedEngine(RolloutEngine):
 
 class ScriptedEnv(Env):
     """A toy benchmark: the task is solved by the action ``answer`` (text) or the tool call
-    ``submit(answer=...)``; ``lookup`` returns a fact. Fails on demand."""
+    ``submit(answer=...)``; ``lookup`` returns a fact. Fails on demand (``crash_on``: the text
+    action on which ``astep`` raises, as an environment whose parser chokes on one input)."""
 
     name = "toy"
 
     def __init__(self, protocol="text", answer="42", max_steps=10, fail_reset=0, fail_step=False,
-                 infra_info=False, log=None, admissible=None):
+                 infra_info=False, log=None, admissible=None, crash_on=None):
         self.protocol = protocol
         self.answer = answer
         self.max_steps = max_steps
@@ -67,6 +68,7 @@ class ScriptedEnv(Env):
         self.solved = False
         self.steps = 0
         self.admissible = admissible
+        self.crash_on = crash_on
 
     def tool_specs(self):
         return [{"type": "function", "function": {
@@ -88,7 +90,7 @@ class ScriptedEnv(Env):
     async def astep(self, action):
         self.steps += 1
         self.log.append(("step", action))
-        if self.fail_step:
+        if self.fail_step or (self.crash_on is not None and action == self.crash_on):
             raise RuntimeError("environment crashed (scripted)")
         if self.infra_info:
             return StepResult("engine timeout", 0.0, True, {"infra_error": True})

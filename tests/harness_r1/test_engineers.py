@@ -103,7 +103,7 @@ def test_prompt_engineer_on_an_endpoint_with_cost_accounting(world, tmp_path):
     rule = RuleBasedEngineer()
 
     def handler(body):
-        assert body["messages"][0]["content"] == prompt.SYSTEM_PROMPT
+        assert body["messages"][0]["content"] == prompt.system_prompt(None, "dbbench")
         text = rule.propose(packet)[0]
         return 200, {"choices": [{"index": 0, "finish_reason": "stop", "message": {
             "role": "assistant", "content": "<think>" + text.replace("<patch>", "<patch>\n")}}],

@@ -176,7 +176,9 @@ def test_policy_target_preset_validates_and_rejects_a_missing_hf_dir(tiny_hf_den
     c = tiny_cpu_policy.get_config(str(tiny_hf_dense_dir))
     spec.resolve(c, num_devices=1)
     assert c.r1.target.kind == "jax" and c.r1.target.model == c.r1.target.tokenizer == str(tiny_hf_dense_dir)
-    assert c.harness.spec == cpu_learnable.H0_MINIMAL and c.r1.target.temperature == 1.0
+    assert c.harness.spec == cpu_learnable.H0_MINIMAL and c.r1.target.temperature == 0.0   # greedy re-runs
+    assert (c.r1.effect_surface, c.r1.reward.invalid_reward, c.r1.teacher.filter_by_delta,
+            c.r1.packets.n_per_task) == ("contract", -0.25, True, 1)   # as pre-registered in its docstring
     assert (c.env.dbbench.domain, c.env.dbbench.table_name, c.env.dbbench.describe_table) == ("player", "players", False)
     assert "tiny_cpu_policy.py:" in " ".join(tiny_cpu_policy.__doc__.split())
 

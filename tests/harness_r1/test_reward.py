@@ -33,11 +33,10 @@ GUARD2 = patch("on_before_action",
                "    if not ctx.history and 'Final Answer' in str(ctx.action.text):\n"
                "        return {'kind': 'block_and_prompt', 'message': 'Query first.'}\n"
                "    return None\n")
-# turns every answer into a wrong one (hurts)
+# refuses every answer (hurts: nothing is ever answered)
 SABOTAGE = patch("on_before_action",
                  "    if 'Final Answer' in str(ctx.action.text):\n"
-                 "        return {'kind': 'rewrite_action', 'action': "
-                 "'Action: Answer\\nFinal Answer: [\"-1\"]'}\n    return None\n")
+                 "        return {'kind': 'block_and_prompt', 'message': 'Not yet.'}\n    return None\n")
 NEVER = patch("on_post_step", "    return None\n")
 
 

@@ -7,9 +7,9 @@ import pytest
 from harness_jax import harness_r1
 from harness_jax.harness.executor import ExecutorConfig
 from harness_jax.harness.presets import base_harness
-from harness_jax.harness_r1 import tables
+from harness_jax.harness_r1 import agents, tables
 from harness_jax.harness_r1.engineers import (FixedPatchEngineer, RuleBasedEngineer,
-                                              react_harness, self_refine_patch)
+                                              react_harness, review_hint_patch)
 from tests.harness_r1.doubles import SeededDBBenchPolicy, dbbench_batch, item_index
 
 ENV = harness_r1.EnvRef("dbbench", {"engine": "sqlite", "protocol": "text"})
@@ -37,8 +37,9 @@ def world(qwen_tok, tmp_path_factory):
 def test_arms_and_the_success_table(world, qwen_tok):
     policy, target, cache, packets, tasks, _, _ = world
     arms = [tables.Arm("default"), tables.Arm("react", harness=react_harness(H)),
-            tables.Arm("self_refine", FixedPatchEngineer(self_refine_patch("dbbench"),
-                                                         "self_refine")),
+            tables.Arm("review_hint", FixedPatchEngineer(review_hint_patch("dbbench"),
+                                                         "review_hint")),
+            tables.Arm("self_refine", agent=agents.self_refine(qwen_tok)),
             tables.Arm("rule", RuleBasedEngineer())]
     rows = [tables.evaluate_arm(a, packets, target, cache, tasks, tokenizer=qwen_tok)
             for a in arms]
@@ -49,9 +50,13 @@ def test_arms_and_the_success_table(world, qwen_tok):
     # ReAct only adds a system prompt, which the scripted target ignores: a paired rerun
     # reproduces the baseline exactly
     assert by["react"].delta == 0.0 and by["react"].target_episodes > 0
-    # Self-Refine's hint arrives after the first action (the target's mistakes are mostly made
-    # by then); the rule-based engineer's guards stop them
-    assert by["rule"].delta > by["self_refine"].delta >= 0
+    # the review hint arrives after the first action (the target's mistakes are mostly made by
+    # then); the rule-based engineer's guards stop them
+    assert by["rule"].delta > by["review_hint"].delta >= 0
+    # Self-Refine: draft, critique, refine through the same executor, paired and complete; the
+    # scripted target never answers a critique with a verdict, so every draft is refined
+    assert by["self_refine"].batches == len(packets) and by["self_refine"].infra_batches == 0
+    assert by["self_refine"].target_episodes == by["rule"].target_episodes
     assert by["rule"].valid_frac == 1.0 and by["rule"].infra_batches == 0
     assert by["default"].improved_frac == by["react"].improved_frac == 0.0
     assert by["rule"].improved_frac == sum(d["delta"] > 0 for d in by["rule"].details) / by["rule"].batches > 0
@@ -106,3 +111,35 @@ def test_transfer_over_targets(world, qwen_tok, tmp_path):
         assert r["valid"] and r["seeds"] == 2 and r["delta"] > 0
         assert r["heldout_after"] == pytest.approx(r["heldout_before"] + r["delta"])
     assert rows[0]["heldout_before"] < rows[1]["heldout_before"]   # the careful target is better
+
+
+def test_self_refine_drafts_critiques_and_refines(qwen_tok):
+    """The agent wrapper on a scripted engine (test double): a kept draft costs two calls, a
+    revised one three; side conversations branch off the running context and are seeded from
+    the decision's seed."""
+    import asyncio
+
+    from harness_jax.sampling import chat
+    from harness_jax.sampling.types import GenerateRequest, SamplingParams
+    from tests.harness.doubles import ScriptedEngine
+
+    ctx = chat.render_messages([{"role": "user", "content": "How many rows?"}])
+    req = GenerateRequest(qwen_tok.encode(ctx, add_special_tokens=False),
+                          SamplingParams(max_new_tokens=64, seed=7), "r1", episode_id="ep/s0")
+    eng = ScriptedEngine(qwen_tok, ["Action: Answer", '{"verdict": "keep", "issue": ""}'])
+    sr = agents.SelfRefine(eng, qwen_tok)
+    out = asyncio.run(sr.generate(req))
+    assert out is eng.results[0] and len(eng.requests) == 2 and sr.stats["kept"] == 1
+    crit = eng.requests[1]
+    im_end = qwen_tok.convert_tokens_to_ids("<|im_end|>")
+    cut = max(i for i, t in enumerate(req.input_ids) if t == im_end) + 1   # the user turn's end
+    assert crit.input_ids[:cut] == list(req.input_ids)[:cut] and len(crit.input_ids) > len(req.input_ids)
+    assert "Candidate reply:\nAction: Answer" in qwen_tok.decode(crit.input_ids)
+    assert crit.params.seed == 8 and crit.episode_id is None and eng.requests[0].episode_id is None
+    eng = ScriptedEngine(qwen_tok, ["Action: Answer", '{"verdict": "revise", "issue": "count first"}',
+                                    "Action: Operation"])
+    sr = agents.SelfRefine(eng, qwen_tok)
+    out = asyncio.run(sr.generate(req))
+    assert out.token_ids == eng.results[2].token_ids and out.request_id == "r1"
+    assert "Feedback:\n" in qwen_tok.decode(eng.requests[2].input_ids) and eng.requests[2].params.seed == 9
+    assert sr.stats["refined"] == 1 and agents.verdict("verdict: KEEP") == "keep"

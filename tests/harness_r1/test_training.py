@@ -80,7 +80,7 @@ def _no_loss():
 
 def _evaluation(reward, *, valid=True, infra=False):
     return PatchEvaluation(reward=reward, valid=valid, complete=not infra, errors=[],
-                           infra_error=infra, episodes=3)
+                           infra_error=infra, episodes=3, delta=reward if valid else 0.0)
 
 
 def _group(rewards, infra=(), lengths=None, seed=0):
@@ -126,7 +126,26 @@ def test_packet_groups_take_the_loops_advantage_path():
     assert all(s.advantage == 0.0 for e in g0.episodes for s in e.segments) and ge0.zero_variance
     m = step_metrics([ge.metrics(), ge0.metrics()])
     assert m["r1/zero_variance_packets"] == 1 and m["r1/packets"] == 2
-    assert m["r1/delta_b_mean"] == pytest.approx((sum(rewards) + 0.25) / 15)
+    assert m["r1/reward_mean"] == pytest.approx((sum(rewards) + 0.25) / 15)
+    # Delta_B of what each sample deploys: an incomplete evaluation deploys nothing
+    assert m["r1/delta_b_mean"] == pytest.approx((sum(rewards) - rewards[3]) / 15)
+    # the no-patch arm in the baseline: a virtual reward-0 sample joins the mean and std
+    gn = packet_group("s0-p0", PACKET, prompt, results, ge, noop_arm=True)
+    compute_advantages([gn], eps=1e-6)
+    rn = np.concatenate([[0.0], r])
+    ref_n = ((r - rn.mean()) / rn.std())
+    got_n = np.asarray([e.segments[0].advantage for e in gn.episodes])
+    np.testing.assert_allclose(got_n, ref_n, rtol=1e-5, atol=1e-6)
+    adv_n, _ = group_advantages_K(ge.rewards_K, ge.scored_K, noop_arm=True)
+    np.testing.assert_allclose(got_n, adv_n[scored], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got_n, got)                       # it moves every advantage down
+    # every sample hurt: the group baseline's advantages sum to 0 (the least harmful patch is
+    # pushed up as much as with helpful ones); with the no-patch arm they sum below 0
+    hurt = np.asarray([-0.5, -0.25, -0.125, -0.375], np.float32)
+    a_group, _ = group_advantages_K(hurt)
+    a_noop, _ = group_advantages_K(hurt, noop_arm=True)
+    assert a_group.sum() == pytest.approx(0.0, abs=1e-5) and a_noop.sum() < -1.0
+    assert a_noop.max() < a_group.max()
 
 
 def _reference_loss(logp, old, ro, adv, mask, seg, tis_mode, eps_low=0.2, eps_high=0.28, cap=2.0):

@@ -64,6 +64,7 @@ def get_config():
     p.batch_size = 8                      # tasks per batch B
     p.budget_tokens = 600                 # small packets (2-3 failures) for a tiny engineer
     p.seed = 0                            # = the target's kwargs seed
+    p.n_per_task = 2                      # a sampling target: two paired seeded episodes per task
     c.r1.teacher.kind = "rule"            # the rule-based engineer writes the cold-start patches
     c.r1.teacher.k = 3                    # its full patch and two with one fix dropped (they differ in Delta_B)
     c.r1.tokenizer_max_token_bytes = 32   # phrase-level engineer BPE (prompts ~300, responses ~80-130 tokens)
