@@ -164,7 +164,8 @@ def test_grpo_turns_a_weak_warm_start_into_a_good_policy(learned):
         if not r["learner/skipped_no_signal"]:
             for k in ("learner/kl_to_ref", "learner/entropy", "learner/update_ratio", "learner/pg_clipfrac_low"):
                 assert np.isfinite(r[k]), k
-    assert learned["steps"][-1]["learner/kl_to_ref"] > 0
+    trained = [r for r in learned["steps"] if not r["learner/skipped_no_signal"]]
+    assert trained[-1]["learner/kl_to_ref"] > 0          # the policy moved away from the warm start
 
 
 def test_resume_in_the_middle_restores_the_learner_exactly(learned):

@@ -174,7 +174,7 @@ def test_gpu_preset_validates_and_builds_its_env():
     run = spec.resolve(c, num_devices=4)
     doc = preset.__doc__
     assert "launch/train.py" in doc and "experiments/configs/gpu8_qwen35_4b_appworld.py" in doc
-    assert "Expected result" in doc and "Memory:" in doc
+    assert "Expected result" in doc and "Memory arithmetic" in doc
     from harness_jax.train import builders
     env = builders.env_factory(run.env)()
     assert env.protocol == "function" and env.max_interactions == c.env.max_turns
