@@ -1,4 +1,4 @@
-"""Remat "full"/"offload" (``model.ordered_remat``): the same gradients as no remat, and one
+"""Remat "full"/"offload" (``remat.ordered_remat``): the same gradients as no remat, and one
 layer's activations alive at a time in the backward pass of a scanned layer cycle, where
 ``jax.checkpoint`` lets XLA recompute every layer of the cycle side by side."""
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from harness_jax.models.qwen3_5 import model as M
+from harness_jax.models.qwen3_5 import remat as M
 
 T, D, F, LAYERS_PER_CYCLE, CYCLES = 4096, 128, 1024, 4, 3
 

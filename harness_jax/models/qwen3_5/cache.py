@@ -179,3 +179,32 @@ def cache_bytes(cache) -> int:
     if isinstance(cache, Qwen3_5PagedCache):
         return int(cache.k_LPZKH.nbytes + cache.v_LPZKH.nbytes)
     return int(cache.k_LBSKH.nbytes + cache.v_LBSKH.nbytes)
+
+
+def kv_arrays(cache):
+    """The stacked key/value arrays of either cache kind."""
+    if isinstance(cache, Qwen3_5PagedCache):
+        return cache.k_LPZKH, cache.v_LPZKH
+    return cache.k_LBSKH, cache.v_LBSKH
+
+
+def with_kv(cache, k, v):
+    """``cache`` with its stacked key/value arrays replaced (either cache kind)."""
+    if isinstance(cache, Qwen3_5PagedCache):
+        return dataclasses.replace(cache, k_LPZKH=k, v_LPZKH=v)
+    return dataclasses.replace(cache, k_LBSKH=k, v_LBSKH=v)
+
+
+def layer_arrays(cache, t, slot):
+    """What a layer's mixer gets: the stacked arrays of its layer type and its index in them
+    (the mixer updates its own entry in place instead of returning a per-layer copy)."""
+    if t == FULL:
+        return kv_arrays(cache) + (slot,)
+    return cache.conv_LBCW, cache.state_LBNAE, slot
+
+
+def set_layer_arrays(cache, t, new):
+    """``cache`` with a layer type's stacked arrays replaced by what its mixer returned."""
+    if t == FULL:
+        return with_kv(cache, new[0], new[1])
+    return dataclasses.replace(cache, conv_LBCW=new[0], state_LBNAE=new[1])

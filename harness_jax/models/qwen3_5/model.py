@@ -12,7 +12,6 @@ so compile time does not grow with depth.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Optional
 
 import jax
@@ -27,8 +26,9 @@ from . import gdn_pallas
 from . import kernels as K
 from . import moe as moe_lib
 from . import paged_attention as PA
-from .cache import Qwen3_5Cache, Qwen3_5PagedCache
+from .cache import Qwen3_5Cache, Qwen3_5PagedCache, kv_arrays, layer_arrays, set_layer_arrays, with_kv
 from .config import FULL, LINEAR, Qwen3_5Config
+from .remat import LAYER_INPUT, ordered_remat, remat_policy
 
 from harness_jax import sharding as shd
 
@@ -428,70 +428,6 @@ def layer_cycle(layer_types) -> int:
     return n
 
 
-LAYER_INPUT = "decoder_layer_input"   # checkpoint name of every decoder layer's input ("dots" keeps it too)
-
-
-def remat_policy(name: str):
-    """The ``jax.checkpoint`` policy of remat "dots" (None for "none"). "full" and "offload" are
-    ``ordered_remat`` (they keep only the layer input, and recompute in order)."""
-    cp = jax.checkpoint_policies
-    if name == "none":
-        return None
-    if name == "dots":
-        return cp.dots_with_no_batch_dims_saveable
-    if name in ("full", "offload"):
-        return cp.nothing_saveable
-    raise ValueError(f"remat {name!r}: use one of none, full, dots, offload")
-
-
-def _after(x, g):
-    """``x``, made data-dependent on the cotangent ``g`` (plus ``0 * tanh(g[0])``: exact, and
-    finite for any finite or infinite ``g``), so no scheduler can start the recomputation early."""
-    g0 = g.reshape(-1)[0].astype(jnp.float32)
-    return x + (0.0 * jnp.tanh(g0)).astype(x.dtype)
-
-
-def ordered_remat(run, offload: bool = False):
-    """``run(static, state, x, ctx, None)`` rematerialised in the backward pass, keeping only the
-    layer input ``x`` (and, with ``offload``, keeping it in pinned host memory).
-
-    Unlike ``jax.checkpoint``, the recomputation waits for the cotangent of the layer's output
-    (``_after``). With ``jax.checkpoint`` every recomputation in a scanned layer cycle depends
-    only on saved inputs, so XLA may run them all before the cycle's first backward: XLA:CPU
-    recomputed the three Gated DeltaNet layers of a Qwen3.5 cycle side by side (an
-    ``optimization_barrier`` does not survive its pipeline). Here one layer's activations are
-    alive at a time. The layer's MoE router statistics (None for a dense layer) come out beside
-    its output and are differentiated through the same recomputation."""
-    def fwd_only(static, state, x, ctx):
-        out, _, stats = run(static, state, x, ctx, None)
-        return out, stats
-
-    @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-    def layer(static, state, x, ctx):
-        return fwd_only(static, state, x, ctx)
-
-    def fwd(static, state, x, ctx):
-        saved = jax.device_put(x, jax.memory.Space.Host) if offload else x
-        return fwd_only(static, state, x, ctx), (state, saved, ctx)
-
-    def bwd(static, res, g):
-        state, x, ctx = res
-        if offload:
-            x = jax.device_put(x, jax.memory.Space.Device)
-        x = _after(x, g[0])
-        _, vjp = jax.vjp(lambda s, x, c: fwd_only(static, s, x, c), state, x, ctx)
-        return vjp(g)
-
-    layer.defvjp(fwd, bwd)
-
-    def call(static, state, x, ctx, cache):
-        if cache is not None:          # the engine's cached calls are never differentiated
-            return run(static, state, x, ctx, cache)
-        out, stats = layer(static, state, x, ctx)
-        return out, None, stats
-    return call
-
-
 @dataclasses.dataclass(frozen=True)
 class WeightPlan:
     """How a layer's weights reach its matmuls: cast to ``compute_dtype`` on their FSDP shards,
@@ -592,12 +528,12 @@ class TextModel(nnx.Module):
         if not cfg.scan_layers:
             for i, layer in enumerate(self.layers):
                 t = cfg.layer_types[i]
-                lc = None if cache is None else _layer_cache(cache, t, slots[i])
+                lc = None if cache is None else layer_arrays(cache, t, slots[i])
                 gd, st = nnx.split(layer)
                 x_BTD, nc, ls = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
                 stats = add(stats, ls)
                 if cache is not None:
-                    cache = _set_layer_cache(cache, t, nc)
+                    cache = set_layer_arrays(cache, t, nc)
             return x_BTD, cache, stats
         p = len(self.cycles)
         types = cfg.layer_types[:p]
@@ -609,7 +545,7 @@ class TextModel(nnx.Module):
         if cache is not None:
             def cyc(a, per):  # [n_layers_of_type, ...] -> [n_cycles, per, ...]
                 return a.reshape((n_cycles, per) + a.shape[1:])
-            k_L, v_L = _kv(cache)
+            k_L, v_L = kv_arrays(cache)
             cache_xs = (cyc(k_L, n_full_c), cyc(v_L, n_full_c),
                         cyc(cache.conv_LBCW, n_lin_c), cyc(cache.state_LBNAE, n_lin_c))
 
@@ -639,7 +575,7 @@ class TextModel(nnx.Module):
         if cache is None:
             return x_BTD, None, stats
         flat = [y.reshape((-1,) + y.shape[2:]) for y in ys]
-        return (x_BTD, dataclasses.replace(_with_kv(cache, flat[0], flat[1]), conv_LBCW=flat[2],
+        return (x_BTD, dataclasses.replace(with_kv(cache, flat[0], flat[1]), conv_LBCW=flat[2],
                                            state_LBNAE=flat[3]), stats)
 
 
@@ -651,33 +587,6 @@ def _slots(layer_types):
         out.append(counts[t])
         counts[t] += 1
     return out
-
-
-def _kv(cache):
-    """The stacked key/value arrays of either cache kind."""
-    if isinstance(cache, Qwen3_5PagedCache):
-        return cache.k_LPZKH, cache.v_LPZKH
-    return cache.k_LBSKH, cache.v_LBSKH
-
-
-def _with_kv(cache, k, v):
-    if isinstance(cache, Qwen3_5PagedCache):
-        return dataclasses.replace(cache, k_LPZKH=k, v_LPZKH=v)
-    return dataclasses.replace(cache, k_LBSKH=k, v_LBSKH=v)
-
-
-def _layer_cache(cache, t, slot):
-    """What a layer's mixer gets: the stacked arrays of its layer type and its index in them
-    (the mixer updates its own entry in place instead of returning a per-layer copy)."""
-    if t == FULL:
-        return _kv(cache) + (slot,)
-    return cache.conv_LBCW, cache.state_LBNAE, slot
-
-
-def _set_layer_cache(cache, t, new):
-    if t == FULL:
-        return _with_kv(cache, new[0], new[1])
-    return dataclasses.replace(cache, conv_LBCW=new[0], state_LBNAE=new[1])
 
 
 # ---------------------------------------------------------------------------------------------
