@@ -153,6 +153,12 @@ def state_shardings(state, mesh: Mesh, rules=None):
     return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+def param_shardings(state, mesh: Mesh, rules=None) -> dict:
+    """``state_shardings`` as a pure-dict tree of NamedShardings shaped like
+    ``nnx.to_pure_dict(state)`` (the form of the learner's train state and of checkpoint restores)."""
+    return nnx.to_pure_dict(state_shardings(state, mesh, rules))
+
+
 def shard_model(model, mesh: Mesh, rules=None):
     """Place an existing nnx model's variables onto ``mesh`` per the rules (in place)."""
     state = nnx.state(model)

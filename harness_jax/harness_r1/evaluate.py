@@ -51,6 +51,7 @@ from harness_jax.harness_r1.prompt import RESPONSE_PROTOCOL
 from harness_jax.harness_r1.reward import RewardCache
 from harness_jax.harness_r1.tables import (Arm, Row, aablate_hooks, apropose, evaluate_arm, success_table,
                                            table_markdown, transfer)
+from harness_jax.paths import weights_source
 from harness_jax.sampling.openai_client import ChatClientConfig, OpenAIChatClient
 from harness_jax.rl import policy
 from harness_jax.train import console as console_lib, rollout, spec as spec_lib
@@ -71,7 +72,7 @@ def model_engineer(run, workdir: str, which: str):
                                 "workdir first")
     tok = rollout.load_tokenizer(run, paths.tokenizer)
     mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
-    model, _ = policy.policy_model(run.model, str(ckpt), mesh, rules, seed=run.seed)
+    model, _ = policy.policy_model(run.model, weights_source(ckpt), mesh, rules, seed=run.seed)
     r = run.rollout
     engine, sync = rollout.build_engine(r, model, tok, seed=run.seed, version=0, platform=run.mesh.platform,
                                         name=f"{run.name}-eval")

@@ -144,19 +144,6 @@ def make_optimizer(opt: OptimizerConfig) -> tuple[optax.GradientTransformation, 
 # ----------------------------------------------------------------------------------------------
 # shardings and host <-> global arrays
 # ----------------------------------------------------------------------------------------------
-def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
-    """Pure-dict tree of NamedShardings for an nnx parameter state (from Param metadata)."""
-    spec_tree = nnx.to_pure_dict(nnx.get_partition_spec(abstract_state))
-    shape_tree = nnx.to_pure_dict(abstract_state)
-
-    def one(spec, leaf):
-        logical = tuple(spec) if spec is not None else ()
-        logical = logical + (None,) * (len(leaf.shape) - len(logical))
-        return NamedSharding(mesh, hsharding.logical_to_mesh(logical, mesh, rules, leaf.shape))
-
-    return jax.tree.map(one, spec_tree, shape_tree, is_leaf=lambda x: isinstance(x, P) or x is None)
-
-
 def put_global(x, sharding: NamedSharding):
     """Host value (identical on every process) -> global array with ``sharding``.
 
@@ -206,6 +193,10 @@ class Learner:
     ``Learner.abstract(model, ...)`` builds the same shardings and jitted step from an abstract
     model (``nnx.eval_shape``): ``state`` then holds ``ShapeDtypeStruct``s with their shardings,
     no device memory is used, and ``lower_train_step`` lowers the step for ahead-of-time checks.
+
+    ``flops_per_token`` (``seq_len -> training FLOPs per token``) counts each step's model FLOPs
+    for MFU: the caller's, who knows the model (``rl.policy.build_learner`` passes the config's
+    analytic ``Qwen3_5Config.flops_per_token``); default the 6N rule from the parameter count.
     """
 
     def __init__(self, model: nnx.Module, cfg: LearnerConfig = LearnerConfig(), *, mesh: Optional[Mesh] = None,
@@ -218,7 +209,7 @@ class Learner:
         self.batch_axes = hsharding.batch_axes(self.mesh, self.rules)
         self.graphdef, params_state, self.rest_state = nnx.split(model, nnx.Param, ...)
         self._abstract_params = jax.tree.map(_abstract, params_state)
-        self.param_sharding = param_shardings(params_state, self.mesh, self.rules)
+        self.param_sharding = hsharding.param_shardings(params_state, self.mesh, self.rules)
         self.tx, self.schedule = make_optimizer(cfg.opt)
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P(self.batch_axes or None, None))
@@ -229,8 +220,7 @@ class Learner:
         n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(nnx.to_pure_dict(params_state)))
         self.num_params = int(n_params)
         self.is_moe = bool(getattr(getattr(model, "config", None), "is_moe", False))
-        self.flops_per_token = flops_per_token or perf.flops_per_token_fn(
-            getattr(model, "config", None), self.num_params)
+        self.flops_per_token = flops_per_token or (lambda seq_len, n=float(n_params): 6.0 * n)
         self.policy_version = 0
 
         params = nnx.to_pure_dict(params_state)
@@ -468,7 +458,7 @@ class Learner:
     def train_step(self, arrays: Mapping[str, np.ndarray]) -> dict:
         """One optimizer step on one mini-batch (host arrays incl. ``old_logp``); host metrics.
 
-        ``model_flops`` is the step's training FLOPs (``perf.flops_per_token``), ``mfu`` its
+        ``model_flops`` is the step's training FLOPs (``flops_per_token``), ``mfu`` its
         utilisation of ``cfg.peak_flops_per_device`` (0 when the peak is unknown)."""
         self._require_concrete("train_step")
         t0 = time.perf_counter()

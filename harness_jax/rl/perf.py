@@ -1,25 +1,12 @@
-"""Model FLOPs and MFU: the one computation used by the learner (per optimizer step) and by the
-training loop (per rollout batch).
+"""MFU: the one computation used by the learner (per optimizer step) and by the training loop
+(per rollout batch).
 
-Training FLOPs per token are the model config's analytic ``flops_per_token(seq_len)`` (forward
-+ backward matmuls and attention scores) when it has one, else the 6N rule from the parameter
-count. MFU is those FLOPs over the measured time and the devices' summed peak.
+A step's model FLOPs are the learner's ``flops_per_token(seq_len)`` times its tokens: the model
+config's analytic count (``Qwen3_5Config.flops_per_token``: forward + backward matmuls and
+attention scores), handed to the learner by whoever builds it, else the 6N rule from the
+parameter count. MFU is those FLOPs over the measured time and the devices' summed peak.
 """
 from __future__ import annotations
-
-from typing import Callable, Optional
-
-
-def flops_per_token_fn(model_cfg, num_params: Optional[int] = None) -> Optional[Callable[[int], float]]:
-    """``seq_len -> training FLOPs per token`` for a model config (analytic when the config has
-    ``flops_per_token``, else ``6 * num_params``); None when neither is known."""
-    fn = getattr(model_cfg, "flops_per_token", None)
-    if fn is not None:
-        return lambda seq_len: float(fn(seq_len))
-    if num_params:
-        n = float(num_params)
-        return lambda seq_len: 6.0 * n
-    return None
 
 
 def mfu(model_flops: float, seconds: float, peak_flops_per_device: float, num_devices: int) -> float:

@@ -3,14 +3,14 @@ weights on that mesh, and the learner around it, built from the run's ``model`` 
 sections (``train.schema.ModelSection``, ``MeshSection``) and the learner's ``LearnerConfig``.
 
 ``policy_model`` is the one way weights are loaded: an HF directory, a training run's Orbax
-checkpoint (its parameters only), or the section's own (``init_from``, ``hf_path``, or a random
-init under ``jit``, with no full copy on one device); training (``build_learner``), evaluation
-and Harness-R1's engineer arms all load through it. ``abstract_model`` is the same model without
+checkpoint (its parameters only), or the section's own (``hf_path``, or a random init under
+``jit``, with no full copy on one device); training (``build_learner``), evaluation and
+Harness-R1's engineer arms all load through it. The callers build the mesh and rules
+(``make_mesh``, ``mesh_rules``) and resolve where the weights are (``paths.weights_source``)
+once, at their entry, and hand those in. ``abstract_model`` is the same model without
 weights (the AOT checks).
 """
 from __future__ import annotations
-
-import json
 
 import jax
 import jax.numpy as jnp
@@ -19,9 +19,8 @@ from flax import nnx
 
 from harness_jax import sharding
 from harness_jax.models import qwen3_5
-from harness_jax.paths import resolve
 from harness_jax.rl.checkpoint import restore_params
-from harness_jax.rl.learner import Learner, param_shardings
+from harness_jax.rl.learner import Learner
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}   # model, parameter and cache dtypes by name
 
@@ -94,45 +93,26 @@ def load_hf_model(model, path, mesh, rules):
                            config_overrides=runtime_overrides(model))
 
 
-def is_hf_dir(path) -> bool:
-    """Whether ``path`` is a Hugging Face model directory: a ``config.json`` naming a
-    ``model_type`` (a training workdir's ``config.json`` is the run's resolved config)."""
-    f = path / "config.json"
-    if not f.exists():
-        return False
-    try:
-        return "model_type" in json.loads(f.read_text())
-    except ValueError:
-        return False
-
-
-def policy_model(model, checkpoint: str, mesh, rules, *, seed: int = 0, cfg=None):
-    """``(module, source)``: the policy of ``checkpoint`` on ``mesh`` with the rules' shardings:
-    an HF directory with config.json; a training workdir or checkpoints dir (its latest
-    parameters on the section's model); '' = the ``model`` section's own weights
-    (``model.init_from``'s checkpoint, ``model.hf_path``, or a random init from ``seed``). The one
-    way the learner's initial weights and an evaluated policy are loaded."""
-    if checkpoint and is_hf_dir(resolve(checkpoint)):
-        return load_hf_model(model, checkpoint, mesh, rules), f"hf:{checkpoint}"
-    path = checkpoint or model.init_from
-    if not path:
+def policy_model(model, source, mesh, rules, *, seed: int = 0, cfg=None):
+    """``(module, label)``: the policy on ``mesh`` with the rules' shardings, from ``source``
+    (``paths.weights_source``, resolved by the caller): ``("hf", dir)`` a Hugging Face directory,
+    ``("orbax", dir)`` a training run's checkpoints dir (its latest parameters on the section's
+    model), None the ``model`` section's own weights (``model.hf_path`` or a random init from
+    ``seed``). The one way the learner's initial weights and an evaluated policy are loaded."""
+    if source is None:
         return build_model(model, mesh, rules, cfg, seed=seed), "config"
+    kind, directory = source
+    if kind == "hf":
+        return load_hf_model(model, directory, mesh, rules), f"hf:{directory}"
     graphdef, state, rest = nnx.split(abstract_model(model, mesh, cfg, rules), nnx.Param, ...)
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                            nnx.to_pure_dict(state), param_shardings(state, mesh, rules))
-    directory = checkpoint_dir(path)
+                            nnx.to_pure_dict(state), sharding.param_shardings(state, mesh, rules))
     params, step = restore_params(directory, abstract)
     nnx.replace_by_pure_dict(state, params)
     if jax.tree.leaves(nnx.to_pure_dict(rest)):
         rest = nnx.state(build_model(model, mesh, rules, cfg, seed=seed), nnx.Not(nnx.Param))
     logging.info("policy weights from %s (step %d)", directory, step)
     return nnx.merge(graphdef, state, rest), f"orbax:{directory}@{step}"
-
-
-def checkpoint_dir(path) -> str:
-    """A training workdir's ``checkpoints/`` dir, or ``path`` itself (a checkpoints dir)."""
-    p = resolve(path)
-    return str(p / "checkpoints") if (p / "checkpoints").exists() else str(p)
 
 
 def mesh_rules(mesh):
@@ -143,12 +123,12 @@ def mesh_rules(mesh):
     return tuple((k, tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in mesh.rules)
 
 
-def build_learner(model, mesh, learner_config, *, devices=None, seed: int = 0):
-    """``(learner, model_config, mesh, rules)``: the run's policy (``policy_model`` of the
-    ``model`` section: ``init_from``, ``hf_path`` or a random init from ``seed``) in a
-    ``Learner`` with ``learner_config`` on the ``mesh`` section's mesh over ``devices``."""
+def build_learner(model, mesh, rules, learner_config, *, source=None, seed: int = 0):
+    """``(learner, model_config)``: the run's policy (``policy_model`` of ``source``, the
+    caller's ``paths.weights_source`` of ``model.init_from``; None = the ``model`` section's
+    ``hf_path`` or a random init from ``seed``) in a ``Learner`` with ``learner_config`` on
+    ``mesh`` with ``rules`` (``make_mesh``, ``mesh_rules``), counting the model config's
+    analytic training FLOPs per token."""
     cfg = model_config(model)
-    m = make_mesh(mesh, devices)
-    rules = mesh_rules(mesh)
-    module, _ = policy_model(model, "", m, rules, seed=seed, cfg=cfg)
-    return Learner(module, learner_config, mesh=m, rules=rules), cfg, m, rules
+    module, _ = policy_model(model, source, mesh, rules, seed=seed, cfg=cfg)
+    return Learner(module, learner_config, mesh=mesh, rules=rules, flops_per_token=cfg.flops_per_token), cfg

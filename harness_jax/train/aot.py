@@ -65,7 +65,7 @@ def abstract_learner(run, devices=None):
         cfg = cfg.replace(attention_impl=CPU_STAND_IN.get(cfg.attention_impl, cfg.attention_impl))
     rules = policy.mesh_rules(run.mesh)
     ln = Learner.abstract(policy.abstract_model(run.model, mesh, cfg, rules), run.learner, mesh=mesh,
-                          rules=rules)
+                          rules=rules, flops_per_token=cfg.flops_per_token)
     return ln, cfg
 
 

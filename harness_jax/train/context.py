@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 from absl import logging
 
+from harness_jax import paths as paths_lib
 from harness_jax.config_problems import ConfigValidationError, Problem
 from harness_jax.harness import workers
 from harness_jax.rl.checkpoint import restore_params
@@ -94,8 +95,10 @@ def build(run, workdir, *, devices: Optional[Sequence[Any]] = None,
     peak = builders.peak_flops(log.peak_flops, run.mesh.platform, run.mesh.chip)
     console.line(f"per-device peak for MFU: {peak:.3g} FLOP/s ({'config' if log.peak_flops else 'measured fp32 matmul'})")
     episode_workers = workers.from_spec(run.workers)
-    learner, model_cfg, mesh, rules = policy.build_learner(
-        run.model, run.mesh, dataclasses.replace(run.learner, peak_flops_per_device=peak), devices=devices, seed=run.seed)
+    mesh, rules = policy.make_mesh(run.mesh, devices), policy.mesh_rules(run.mesh)
+    learner, model_cfg = policy.build_learner(
+        run.model, mesh, rules, dataclasses.replace(run.learner, peak_flops_per_device=peak),
+        source=paths_lib.weights_source(run.model.init_from, hf=False), seed=run.seed)
     if model_cfg.vocab_size < len(tokenizer):
         raise ConfigValidationError([Problem(
             "model.arch.vocab_size", model_cfg.vocab_size, f"smaller than the tokenizer's {len(tokenizer)} tokens",
@@ -116,7 +119,7 @@ def load_params(learner, path):
     checkpoints dir), on ``learner``'s parameter shardings."""
     abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             learner.state["params"], learner.param_sharding)
-    return restore_params(policy.checkpoint_dir(path), abstract)
+    return restore_params(paths_lib.checkpoint_dir(path), abstract)
 
 
 def init_from(learner, path) -> int:

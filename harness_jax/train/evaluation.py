@@ -21,7 +21,7 @@ from absl import logging
 from harness_jax import scoring
 from harness_jax.envs import registry
 from harness_jax.harness import workers
-from harness_jax.paths import resolve
+from harness_jax.paths import resolve, weights_source
 from harness_jax.rl import policy
 from harness_jax.sampling.tokenizer import load_tokenizer
 from harness_jax.train import builders, console as console_lib, extensions, rollout, spec as spec_lib, task_tokenizer
@@ -208,7 +208,8 @@ def policy_runner(run, workdir, *, checkpoint: str = "", pool_version: str = "")
     paths.root.mkdir(parents=True, exist_ok=True)
     tokenizer = _tokenizer(run, checkpoint, paths)
     mesh, rules = policy.make_mesh(run.mesh), policy.mesh_rules(run.mesh)
-    model, source = policy.policy_model(run.model, checkpoint, mesh, rules, seed=run.seed)
+    weights = weights_source(checkpoint) if checkpoint else weights_source(run.model.init_from, hf=False)
+    model, source = policy.policy_model(run.model, weights, mesh, rules, seed=run.seed)
     r, log = run.rollout, run.loop.log
     engine, sync = rollout.build_engine(r, model, tokenizer, seed=run.seed, version=0, platform=run.mesh.platform,
                                         name=run.name)

@@ -141,7 +141,8 @@ def train_segments(ctx, segments, *, should_stop: Optional[Callable[[], bool]] =
     s = ctx.spec.sft
     norm = sft.dataset_token_norm(segments, int(s.batch_size)) if agg == "dataset_token_mean" else 1.0
     learner = Learner(ctx.learner.model(ctx.learner.params_copy()),
-                      ctx.sft_learner_config(agg=agg, norm_constant=norm), mesh=ctx.mesh, rules=ctx.rules)
+                      ctx.sft_learner_config(agg=agg, norm_constant=norm), mesh=ctx.mesh, rules=ctx.rules,
+                      flops_per_token=ctx.learner.flops_per_token)
     batches = sft.SFTBatches(segments, sft.SFTConfig.for_steps(
         int(s.steps), len(segments), int(s.batch_size), seed=int(ctx.spec.seed) + int(s.seed_offset),
         pack=ctx.pack_config(learner.row_multiple)), row_multiple=learner.row_multiple)

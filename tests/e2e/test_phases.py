@@ -112,6 +112,7 @@ def test_kl_reference_is_the_policy_rl_starts_from(phases):
 def test_evaluation_reads_a_model_and_leaves_the_config_alone(phases, tmp_path, monkeypatch):
     """Defect: evaluation built a full Learner with optimizer state to read weights, and unlocked
     and changed the config to switch harness."""
+    from harness_jax import paths
     from harness_jax.rl import learner as learner_lib, policy
     from harness_jax.train import builders, evaluation
 
@@ -128,7 +129,7 @@ def test_evaluation_reads_a_model_and_leaves_the_config_alone(phases, tmp_path, 
     assert res["harness"] == "H0" and res["num_tasks"] == 1 and os.path.exists(tmp_path / "res.json")
     assert c.harness.spec == "" and c.is_locked
     mesh = policy.make_mesh(run.mesh, jax.devices()[:1])
-    model, _ = policy.policy_model(run.model, phases["workdir"], mesh, policy.mesh_rules(run.mesh))
+    model, _ = policy.policy_model(run.model, paths.weights_source(phases["workdir"]), mesh, policy.mesh_rules(run.mesh))
     from flax import nnx
     got = [np.asarray(x) for x in jax.tree.leaves(nnx.to_pure_dict(nnx.state(model, nnx.Param)))]
     for a, b in zip(got, phases["trained"]):

@@ -60,6 +60,9 @@ def test_init_under_jit_with_out_shardings_and_golden_specs():
     # same values as an unsharded init with the same seed
     plain = qwen3_5.Qwen3_5ForCausalLM(cfg, rngs=nnx.Rngs(0))
     np.testing.assert_allclose(np.asarray(w), np.asarray(plain.model.layers[1].mlp.down_proj.weight[...]), rtol=1e-5)
+    # the learner's pure-dict parameter shardings are the placed weights' shardings
+    placed = jax.tree.map(lambda x: x.sharding, nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+    assert shd.param_shardings(nnx.state(model, nnx.Param), mesh) == placed
 
 
 def test_rules_drop_non_dividing_axes_and_name_missing_rules():

@@ -172,6 +172,8 @@ def test_step_metrics_match_independent_computation(batch):
     # the donated train state never aliased the model's buffers, nor the reference's
     np.testing.assert_array_equal(np.asarray(model.head[...]), np.asarray(lr.ref_params["head"]))
     assert lr.update(batch)[0]["kl_ref"] > 0                # the policy moved away from it
+    _, default = make()
+    assert default.flops_per_token(32) == 6.0 * default.num_params   # without the caller's count: 6N
 
 
 def test_set_params_and_reference():

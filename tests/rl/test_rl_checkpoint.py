@@ -122,3 +122,23 @@ def test_uri_directories_keep_their_scheme(tmp_path, monkeypatch):
     assert run.local("traces", str(tmp_path / "t")) == str(tmp_path / "t")
     monkeypatch.chdir(tmp_path)
     assert str(paths.resolve("rel/ckpt")) == str(tmp_path / "rel" / "ckpt")
+
+
+def test_weights_source_names_hf_dirs_and_checkpoints(tmp_path):
+    """The one reading of where a policy's weights are: an HF directory (a config.json naming a
+    model_type), a training workdir (its checkpoints/) or a checkpoints dir; "" is the section's own;
+    ``hf=False`` (model.init_from) never takes an HF directory's architecture."""
+    import json
+    from harness_jax import paths
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "qwen3_5"}))
+    work = tmp_path / "run"
+    (work / "checkpoints").mkdir(parents=True)
+    (work / "config.json").write_text(json.dumps({"name": "run"}))    # a workdir's resolved config
+    assert paths.weights_source("") is None
+    assert paths.weights_source(str(hf)) == ("hf", str(hf))
+    assert paths.weights_source(str(hf), hf=False) == ("orbax", str(hf))
+    assert paths.weights_source(str(work)) == ("orbax", str(work / "checkpoints"))
+    assert paths.weights_source(str(work / "checkpoints")) == ("orbax", str(work / "checkpoints"))
