@@ -27,7 +27,9 @@ budget: fits (51 GB per device of the 72 GB budget = 80 GB less 10% headroom; 71
 before remat "full" recomputed one layer at a time), from XLA's memory analysis of the train step compiled for the
 4-device mesh at pack_len 16384, full depth (tests/experiments/test_aot.py); XLA:CPU holds bf16
 math in fp32, so the figure is an upper bound for the GPU. The harness_s AppWorld and SWE presets
-compile the same step.
+compile the same step. With ``rl.reference_kl`` (on by default since 2026-12-02) the learner also keeps an fp32 copy of
+the starting parameters on the same shards, outside the train step: +4.2 GB per GPU, not in
+the AOT figure above.
 """
 from experiments.configs import gpu8_qwen35_4b_dbbench
 

@@ -35,7 +35,9 @@ flash kernel, same memory class), which holds bf16 math in fp32: an upper bound 
 Before this plan (reference attention materialising fp32 [B, K, G, T, S] scores, dots-saveable
 remat, fp32 weight gathers) the same compile reported 158 GB.
 Static part, exact: fp32 params 4.2 GB + Adam m, v 8.4 GB + fp32 gradient accumulator 4.2 GB per
-GPU (N = 4.2e9, fsdp=4).
+GPU (N = 4.2e9, fsdp=4). With ``rl.reference_kl`` (on by default since 2026-12-02) the learner also keeps an fp32 copy of
+the starting parameters on the same shards, outside the train step: +4.2 GB per GPU, not in
+the AOT figure above.
 """
 from experiments.configs import common
 

@@ -1,4 +1,4 @@
-"""tiny_cpu: the README's main job -- SFT warm start, then agent GRPO on generated DBBench, 2 CPU cores.
+"""tiny_cpu: the README's former main job (now ``harness_s/dbbench_cpu``) -- SFT warm start, then agent GRPO on generated DBBench, 2 CPU cores.
 
 Command (after ``pip install -e .``)::
 
@@ -16,7 +16,10 @@ after SFT and after GRPO, and writes checkpoints, metrics (JSONL + TensorBoard) 
 Expected result (measured, 2 shared CPU cores): 8-9 min wall (8 min 14 s; 9 min 2 s after #12 on a busier machine); success on 32 held-out
 generated tasks 0/32 before SFT, 0/32 after SFT, 0/32 after GRPO. The SFT'd policy writes
 well-formed `Action: Operation` / `Action: Answer` turns but not task-specific SQL, so every GRPO
-group has zero reward variance; see docs/training.md for the loop's health figures.
+group has zero reward variance; see docs/training.md for the loop's health figures. These
+figures were measured with 32 held-out tasks (``eval.num_tasks`` is 256 since 2026-12-02) and
+before ``rl.skip_no_signal`` (on since that day: a batch of zero-variance groups now makes no
+optimizer step); not re-measured since.
 Kill it (SIGTERM) and run the same command again: it resumes from the last checkpoint.
 """
 from experiments.configs import common

@@ -18,7 +18,9 @@ Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "
 recomputed; its bf16 input kept), weights cast to bf16 on their FSDP shards before the per-layer
 all-gather. Static part, exact (N = 8.95e9: embeddings 2 x 248320 x 4096 = 2.03e9, 24 Gated
 DeltaNet layers x 218e6 + 8 attention layers x 210e6 = 6.92e9; fsdp=16): fp32 params 2.2 GB +
-Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip. AOT budget: fits (32 GB per device
+Adam m, v 4.5 GB + fp32 gradient accumulator 2.2 GB per chip (+2.2 GB per chip for the fp32
+reference copy that ``rl.reference_kl``, on by default since 2026-12-02, keeps outside the train
+step and the AOT figure). AOT budget: fits (32 GB per device
 of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step
 compiled for the 16-device mesh at pack_len 8192, full depth, one 8192-token row per chip per
 micro-batch (tests/experiments/test_aot.py); that compile is XLA:CPU's (splash replaced by the XLA

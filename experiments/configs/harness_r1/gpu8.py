@@ -38,7 +38,8 @@ Memory plan: Pallas (Triton) flash attention with segment ids (nothing T x S), r
 (each layer recomputed; its input in pinned host memory, 32 x 32768 x 4096 x 2 B = 8.6 GB off the
 GPU), weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part,
 exact (N = 8.95e9, fsdp=4): fp32 params 9.0 GB + Adam m, v 17.9 GB + fp32 gradient accumulator
-9.0 GB = 35.8 GB per GPU. AOT budget: does not fit (112 GB per device against the 72 GB budget =
+9.0 GB = 35.8 GB per GPU, plus 9.0 GB per GPU for the fp32 reference copy ``rl.reference_kl``
+keeps (on by default since 2026-12-02; outside the train step and the AOT figure). AOT budget: does not fit (112 GB per device against the 72 GB budget =
 80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 4-device
 mesh at pack_len 32768, full depth, one 32768-token row per GPU per micro-batch
 (tests/experiments/test_aot.py). That compile is XLA:CPU's: it holds bf16 math and the bf16

@@ -28,7 +28,9 @@ Qwen3.5-9B target's equal-weight mean 44.3% -> 53.6%.
 Memory plan: TPU splash attention (causal + segment ids, nothing T x S), remat "offload" (each
 layer recomputed; its input, 32 x 32768 x 4096 x 2 B = 8.6 GB per chip, in pinned host memory),
 weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part, exact
-(N = 8.95e9, fsdp=16): params + Adam + fp32 gradient accumulator = 16 B x N / 16 = 9 GB per chip.
+(N = 8.95e9, fsdp=16): params + Adam + fp32 gradient accumulator = 16 B x N / 16 = 9 GB per chip,
+plus 2.2 GB per chip for the fp32 reference copy ``rl.reference_kl`` keeps (on by default since
+2026-12-02; outside the train step and the AOT figure).
 AOT budget: fits (77 GB per device of the 85.5 GB budget = 95 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 16-device mesh at
 pack_len 32768, full depth, one row per chip per micro-batch (tests/experiments/test_aot.py).
 That compile is XLA:CPU's (splash replaced by the XLA flash kernel): it holds bf16 math in fp32

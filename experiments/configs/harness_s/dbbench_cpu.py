@@ -33,10 +33,12 @@ warm start per seed; ``init_from`` shares one.) Sweeps: ``python launch/sweep.py
 What it does per GRPO step: G=8 rollouts of 8 tasks under H0; a group whose 8 attempts all
 failed (no infrastructure error) is rescued: the features router picks K=2 distinct siblings
 from the pool, the 8 attempts are split over them, and their episodes replace the group, with
-the 8 original failures in the advantage statistics (calibration "with_original"). At step 10,
-validation of H0 and every sibling is re-run with the current policy and the router's statistics
-and profiles are refreshed. Held-out H0 evaluation (Avg@4 at T=1, 64 selection tasks) at steps
-0, 10 and 20. Writes ``progress.png``, ``metrics.jsonl`` (``rescue/*``), the routing log
+the 8 original failures in the advantage statistics (calibration "with_original"); the turns an
+overlay's guard rewrote, forced or blocked are masked out of the loss (``train.rollout.to_episode``).
+After step 6 (``reanchor.every_steps=6``; never after the last step, so once in 12 steps),
+validation of H0 and every sibling is re-run with the current policy and the router's statistics,
+offline profiles and success models are refreshed. Held-out H0 evaluation (Avg@4 at T=1, plus
+one greedy attempt, 64 selection tasks) at steps 0, 6 and 12. Writes ``progress.png``, ``metrics.jsonl`` (``rescue/*``), the routing log
 ``harness_s/routing.jsonl`` and ``summary.json`` (``harness_s`` section).
 
 Expected result (measured 2026-11-30, 3 seeds per arm, 2 shared and loaded CPU cores; every
@@ -46,7 +48,10 @@ triggers on 0.59 ± 0.05 of the groups and succeeds on 0.63 ± 0.03 of them, so 
 fraction of the trained groups is 0.25 ± 0.03 against 0.64 ± 0.06 for ``grpo_only``. Held-out
 H0 Avg@4: 0.102 at step 0, 0.121 ± 0.004 at step 6, 0.077 ± 0.004 at step 12 (the control:
 0.102, 0.125, 0.078 ± 0.004); against the warm start on the same sampling stream, 12 steps
-changed it by -0.001 ± 0.004: no held-out gain over GRPO only in this budget.
+changed it by -0.001 ± 0.004: no held-out gain over GRPO only in this budget. These figures
+predate the GRPO defaults and evaluation of 2026-12-02 (``rl.skip_no_signal`` and
+``rl.reference_kl`` on; evaluation sampling keyed by (task, attempt), so every evaluation draws
+the same random numbers; ``eval.greedy``): not re-measured since.
 """
 from experiments.configs import cpu_learnable
 from experiments.configs.harness_s import common
@@ -70,7 +75,7 @@ def get_config(pool: str = ""):
     hs.validation.split = "search"        # validation tasks of evolution and re-anchoring
     hs.validation.num_tasks = 16          # small: re-anchoring runs every sibling on each
     hs.validation.k = 2                   # attempts per validation task
-    hs.reanchor.every_steps = 6           # re-anchored profiles and statistics (once, at step 6)
+    hs.reanchor.every_steps = 6           # re-anchored profiles and statistics (once: after step 6 of 12)
     hs.evolve.num_train_tasks = 32        # fresh training tasks for the repair directions
     hs.evolve.max_generations = 2         # generations of children
     hs.evolve.children_per_direction = 4  # every deterministic operator of a direction (at most 4 per direction)

@@ -1,8 +1,8 @@
 """harness_s/dbbench_gpu8: Harness-S on DBBench with Qwen3.5-4B, one node with 8x H100-80GB
 (``gpu8_qwen35_4b_dbbench``'s layout: learner on GPUs 0-3, four SGLang servers on GPUs 4-7,
-async with staleness <= 1) plus rescue by a frozen pool with Top-8 helpers chosen by the
-``hybrid`` router (features, then LLM votes where they cannot separate; offline ``features``
-with ``--config.harness_s.router.name=features``), re-anchored every 25 steps.
+async with staleness <= 1) plus rescue by a frozen pool with Top-8 helpers chosen by the offline
+``features`` router (``--config.harness_s.router.name=hybrid`` with voters configured: features,
+then LLM votes where they cannot separate), re-anchored every 25 steps.
 
 Commands::
 
@@ -35,7 +35,7 @@ def get_config(pool: str = ""):
     c = common.with_harness_s(gpu8_qwen35_4b_dbbench.get_config(), pool)
     c.name = "hs_dbbench_gpu8"
     hs = c.harness_s
-    hs.router.name = "features"           # offline default; "hybrid"/"llm_vote" with voters configured
+    hs.router.name = "features"           # offline router, no LLM (the schema's default is validation_topk); "hybrid"/"llm_vote" with voters configured
     hs.router.top_k = 8                   # the papers' best K
     hs.rescue.split = "split"             # G=8 attempts over the 8 helpers
     hs.validation.num_tasks = 128         # validation tasks (evolution and re-anchoring)

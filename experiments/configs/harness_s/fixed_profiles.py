@@ -1,5 +1,6 @@
 """harness_s/fixed_profiles: the router's statistics and behaviour profiles frozen at evolution
-time (no re-anchoring), against ``dbbench_cpu``'s re-anchoring every 5 steps.
+time (no re-anchoring), against ``dbbench_cpu``'s re-anchoring every 6 steps (once in its 12
+steps, after step 6).
 
 Command (pool and warm start from ``dbbench_cpu``'s steps 1-2)::
 
@@ -7,8 +8,9 @@ Command (pool and warm start from ``dbbench_cpu``'s steps 1-2)::
         --workdir=/tmp/hs/fixed_profiles
 
 Expected result: not measured yet. No ``reanchor/*`` metrics and no re-anchor records in the
-routing log; as the policy changes, the router keeps choosing by the pool's original validation
-rates, so ``rescue/success_rate`` should fall behind the re-anchored run once the policy has
+routing log; as the policy changes, the ``features`` router keeps the success models and offline
+profiles fitted on the pool's original validation results, so ``rescue/success_rate`` should fall
+behind the re-anchored run once the policy has
 moved (that is the claim the comparison tests).
 """
 from experiments.configs.harness_s import common, dbbench_cpu

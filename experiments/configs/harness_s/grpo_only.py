@@ -18,6 +18,8 @@ Expected result (measured, 3 seeds, 2 loaded CPU cores; docs/harness_s.md "CPU
 demonstration"): 4-6.5 min per run; zero-variance fraction 0.64 ± 0.06 per step (the groups
 ``dbbench_cpu`` rescues); held-out H0 Avg@4 0.102 at step 0, 0.125 at step 6, 0.078 ± 0.004 at
 step 12, i.e. no change against the warm start on the same sampling stream (0.000 ± 0.004).
+Measured 2026-11-30, before ``rl.skip_no_signal``/``rl.reference_kl`` became defaults and
+evaluation sampling was keyed by (task, attempt) (2026-12-02); not re-measured since.
 No pool is needed.
 """
 from experiments.configs.harness_s import common, dbbench_cpu

@@ -10,9 +10,12 @@ Commands::
     python launch/sweep.py --config=experiments/configs/harness_s/top_k.py:$POOL --sweep=k \
         --workdir=/tmp/hs/top_k
 
-Expected result: not measured yet. With ``rescue.split="split"`` the G=4 attempts are shared, so
-K=8 runs 4 helpers per rescue (the top 4 of 8 ranked); ``per_helper`` (G attempts each) is the
-costlier reading. More helpers raise ``rescue/success_rate`` when the pool's siblings are
+This config sets ``rescue.split="per_helper"``: each of the K helpers gets G=8 attempts, so a
+rescue runs 8K episodes (K=8: 64) and K is the only thing that varies. With ``dbbench_cpu``'s
+``"split"`` the G=8 attempts would be shared instead (K=8: one attempt per helper; K=1: all 8
+under one helper).
+
+Expected result: not measured yet. More helpers raise ``rescue/success_rate`` when the pool's siblings are
 complementary, at the cost of ``rescue/wall_fraction``.
 """
 from experiments.configs.harness_s import common, dbbench_cpu
