@@ -1,6 +1,6 @@
 """Generated AppWorld task data: runs the builder inside the AppWorld venv and caches its trees.
 
-The builder (``venv_side/build.py`` + ``venv_side/scenarios.py``) needs AppWorld's own models and
+The builder (``venv_side/build.py`` + the ``venv_side/scenario*.py`` templates) needs AppWorld's own models and
 factories, which live only in AppWorld's virtual environment, so it runs there as a subprocess
 of the venv's python (the same boundary the service uses). It writes a complete ``data/`` tree
 (base DBs, API docs, tasks with ``specs.json`` and ``ground_truth/``), validating every task's
@@ -40,8 +40,11 @@ def data_root() -> str:
 
 
 def builder_hash() -> str:
+    """Hash of the builder's sources: ``build.py`` and every ``scenario*.py`` module it imports."""
     h = hashlib.sha256()
-    for name in ("build.py", "scenarios.py"):
+    names = ["build.py"] + sorted(os.path.basename(p)
+                                  for p in glob.glob(os.path.join(VENV_SIDE, "scenario*.py")))
+    for name in names:
         with open(os.path.join(VENV_SIDE, name), "rb") as f:
             h.update(f.read())
     return h.hexdigest()[:12]
