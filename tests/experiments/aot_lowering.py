@@ -16,12 +16,7 @@ def lower_in_subprocess(module: str, config_args: str, num_devices: int) -> dict
         f"c = spec.resolve(t.get_config({config_args}), num_devices={num_devices}, check_paths=False);"
         f"r = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:{num_devices}], compile=False);"
         "print('REPORT', json.dumps(r.as_dict()))")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.split("REPORT", 1)[1])
+    return _report(code, num_devices, 600)
 
 
 def budgets_in_subprocess(presets, num_devices: int, timeout: int = 1800) -> dict:
@@ -35,6 +30,12 @@ def budgets_in_subprocess(presets, num_devices: int, timeout: int = 1800) -> dic
         f"    run = spec.resolve(c, num_devices={num_devices})\n"
         f"    out[mod] = aot.budget(run, devices=jax.devices()[:{num_devices}]).as_dict()\n"
         "print('REPORT', json.dumps(out))")
+    return _report(code, num_devices, timeout)
+
+
+def _report(code: str, num_devices: int, timeout: int):
+    """Runs ``code`` in a fresh interpreter with ``num_devices`` fake CPU devices and returns the
+    JSON it prints after ``REPORT``."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
                XLA_FLAGS=f"--xla_force_host_platform_device_count={num_devices}")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
