@@ -63,7 +63,11 @@ def main(argv):
     opts = main_job.Options(workdir=os.path.abspath(os.path.expanduser(_WORKDIR.value)),
                             seeds=tuple(range(_SEEDS.value)), arms=tuple(_ARMS.value), steps=_STEPS.value,
                             overrides=_overrides(_SET.value), warm_start=_WARM.value)
-    main_job.run(main_job.load_job(_JOB.value), opts)
+    try:
+        main_job.run(main_job.load_job(_JOB.value), opts)
+    except main_job.Stopped as e:
+        print(f"[main] stopped: {e}", file=sys.stderr)
+        return 143
     return 0
 
 

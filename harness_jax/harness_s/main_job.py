@@ -20,7 +20,8 @@ when its result is already there:
 3. ``arms``: every arm (``job.arms()``: name -> ``get_config(pool)``) for every seed, in
    ``<workdir>/runs/<arm>-s<seed>``, from the warm start (``model.init_from``, ``sft.enabled=False``),
    with ``Options.steps`` and ``Options.overrides`` applied to each; a finished run (summary with
-   every step, not preempted) is skipped, an interrupted one resumes from its checkpoint. A run
+   every step, not preempted) is skipped, an interrupted one resumes from its checkpoint; a run
+   directory holding a run of another config (``main_job_arm.json``) is refused. A run
    stopped by SIGTERM stops the job (re-run the command to continue).
 4. ``report``: ``eval.report.generate`` over ``<workdir>/runs`` into ``<workdir>/report``
    (tables, plots, ``report.html``; runs of different arms never share a row, seeds of one arm
@@ -42,6 +43,10 @@ from typing import Any, Callable, Optional, Sequence
 import ml_collections
 
 PHASES = ("warm_start", "evolve", "arms", "report")
+
+
+class Stopped(Exception):
+    """A run of the job stopped on SIGTERM after its checkpoint: re-running the command resumes it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +117,14 @@ def merge_json(c, d: dict) -> None:
 
 
 def warm_start_key(config) -> str:
-    """The warm start's key: what of ``config`` can change it (``sft_warmstart.sft_key_fields``)."""
+    """The warm start's key: what of ``config`` can change it (``sft_warmstart.sft_key_fields``,
+    a harness file by its content, so checkouts in other directories agree)."""
     from harness_jax.train import sft_warmstart, spec
     fields = sft_warmstart.sft_key_fields(spec.resolve(config, num_devices=1))
+    h = fields["harness"]["spec"]
+    if isinstance(h, str) and os.path.isfile(h):   # a harness file: its content, not where the checkout is
+        with open(h, "rb") as f:
+            fields["harness"]["spec"] = "sha256:" + hashlib.sha256(f.read()).hexdigest()
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -190,7 +200,7 @@ def warm_start_phase(job: Job, opts: Options, prog: Progress) -> tuple[str, str]
         else:
             summary = train_run.train(cfg, d)
             if summary.get("preempted"):
-                raise KeyboardInterrupt("warm start stopped (SIGTERM): re-run the command to resume it")
+                raise Stopped("warm start stopped (SIGTERM): re-run the command to resume it")
         _write(os.path.join(d, "warm_start.json"), {"key": key})
     return d, key
 
@@ -246,13 +256,19 @@ def arms_phase(job: Job, opts: Options, names: Sequence[str], sft_dir: str, pool
             c = arm_config(arms, arm, seed, pool if arm in job.pool_arms else "", sft_dir, opts)
             d = os.path.join(opts.workdir, "runs", f"{arm}-s{seed}")
             runs[(arm, seed)] = d
+            key = hashlib.sha256(c.to_json_best_effort(sort_keys=True).encode()).hexdigest()[:16]
+            marker = os.path.join(d, "main_job_arm.json")
             with prog.phase(f"arms:{arm}-s{seed}", f"run {i}/{total}, {c.num_steps} GRPO steps in {d}") as ph:
+                if os.path.exists(marker) and _read(marker)["key"] != key:
+                    raise ValueError(f"{d} holds a run of another config (the arm's config, --steps or --set changed); "
+                                     "use another --workdir, or remove the run directory to retrain it")
                 if finished_run(d, c.num_steps):
                     ph.note = "cached (finished run)"
                     continue
+                _write(marker, {"key": key})
                 summary = train_run.train(c, d)
                 if summary.get("preempted"):
-                    raise KeyboardInterrupt(f"{d} stopped (SIGTERM) after step {summary.get('step')}: re-run the "
+                    raise Stopped(f"{d} stopped (SIGTERM) after step {summary.get('step')}: re-run the "
                                             "command to resume it")
     return runs
 
@@ -297,7 +313,7 @@ def _tagged(workdir: str, tag: str) -> Optional[dict]:
 
 
 def paired_markdown(rows: list[dict]) -> str:
-    lines = ["| arm | against | metric | seeds x tasks | arm | against | difference [95% CI] |",
+    lines = ["| arm | against | metric | seeds x tasks | arm's | baseline's | difference [95% CI] |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {r['against']} | {r['metric']} | {r['n_tasks']} | {r['a']:.3f} | {r['b']:.3f} | "

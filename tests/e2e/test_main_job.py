@@ -1,9 +1,9 @@
 """``launch/main.py``, the one-command main job, on the CI-sized job (``tiny_main_job``): the
-pipeline runs its phases in order (warm start, evolution, the three arms, the report) in-process
-through ``harness_s.main_job.run``; then the command itself, run again on the same workdir,
-skips every cached phase and run and writes the report again; the report has one row per arm
+pipeline runs its phases in order (warm start, evolution, the three arms, the report) through
+the command itself (a subprocess: one CPU device, as a user gets); run again on the
+same workdir (in-process) it skips every cached phase and run and writes the report again; the report has one row per arm
 (never pooled across arms) and a paired line for every arm against GRPO only. A finished warm
-start of another config is refused, never overwritten. ~60-90 s on 2 shared cores (one tiny
+start of another config, or a run directory of another arm config, is refused, never overwritten. ~75 s alone on 2 shared cores, more under load (one tiny
 SFT, one evolution generation, three one-step runs, two reports)."""
 import json
 import os
@@ -52,19 +52,25 @@ def test_main_job_runs_phases_in_order_caches_them_and_reports_one_row_per_arm(t
     assert {("resample", "grpo (final)"), ("harness_s", "grpo (final)")} <= paired
     assert os.path.exists(first["report"]["html"]) and os.path.exists(os.path.join(wd, "report", "paired.md"))
 
-    # the command, again: every phase and run cached, the report rewritten
-    out = _main(wd)
+    # again (in-process: nothing left to train): every phase and run cached, the report rewritten
+    lines = []
+    again = main_job.run(main_job.load_job(JOB), main_job.Options(workdir=wd, seeds=(0,)), out=lines.append)
+    out = "\n".join(lines)
     for name in ("warm_start", "evolve", "arms:grpo-s0", "arms:resample-s0", "arms:harness_s-s0"):
         assert f"[main] phase {name}: cached" in out, out[-3000:]
     assert "[main] phase report: done" in out and "| harness_s | grpo (final) |" in out
     assert out.index("phase 1/4 warm_start") < out.index("phase 2/4 evolve") < out.index("phase 3/4 arms") \
         < out.index("phase 4/4 report")
+    assert again["runs"] == first["runs"] and again["pool"] == first["pool"]
 
     # a finished warm start of another config is refused, not retrained over
     job = main_job.load_job(JOB)
     other = main_job.Job(warm_start=lambda: _more_sft(job), evolve=job.evolve, arms=job.arms, pool_arms=job.pool_arms)
     with pytest.raises(ValueError, match="another config"):
         main_job.run(other, main_job.Options(workdir=wd, seeds=(0,)), out=lambda s: None)
+    # ... and so is a finished run when the arm's config changed (here: --steps)
+    with pytest.raises(ValueError, match="grpo-s0 holds a run of another config"):
+        main_job.run(job, main_job.Options(workdir=wd, seeds=(0,), steps=2), out=lambda s: None)
 
 
 def _more_sft(job):
