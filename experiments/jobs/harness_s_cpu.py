@@ -9,6 +9,12 @@ the arms, all from the same warm start with the same GRPO settings and rollout b
 * ``harness_s``: the method, rescue by router-picked siblings (``harness_s/dbbench_cpu.py``);
 * ``hs_executed_credit`` / ``hs_no_rewrites`` (not run unless ``--arms`` names them): Harness-S
   crediting executed rewritten actions / without action-rewriting siblings.
+
+Pre-registered comparison (written before any run of this job): an arm beats GRPO only when the
+95% paired bootstrap interval of its final held-out H0 Avg@4 minus GRPO only's (the arms' own
+evaluation: 64 ``selection`` tasks x 4 attempts at T=1 on the same random numbers, pairs of
+(seed, task), ``<workdir>/report/paired.md``) lies above 0; below 0, it is worse; otherwise no
+difference is shown. One seed is reported as a single-seed observation, not a result over seeds.
 """
 from experiments.configs.harness_s import dbbench_cpu, grpo_only, grpo_resample, hs_executed_credit, hs_no_rewrites
 from harness_jax.harness_s.main_job import Job
