@@ -201,7 +201,8 @@ def warm_start_phase(job: Job, opts: Options, prog: Progress) -> tuple[str, str]
             summary = train_run.train(cfg, d)
             if summary.get("preempted"):
                 raise Stopped("warm start stopped (SIGTERM): re-run the command to resume it")
-        _write(os.path.join(d, "warm_start.json"), {"key": key})
+        if not opts.warm_start:       # never write into a warm start the job was only pointed at
+            _write(os.path.join(d, "warm_start.json"), {"key": key})
     return d, key
 
 
