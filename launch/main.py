@@ -14,9 +14,13 @@ interrupted one from its checkpoint; SIGTERM checkpoints the current run and sto
 Seeds: 3 by default (0, 1, 2), the number the comparison's intervals are meant over; --seeds=1 is
 the quick look (one seed per arm).
 
-Time: not yet measured as one command. The figures measured for its parts, on 2 shared and
-loaded CPU cores (2026-11-30, before the 2026-12-02 GRPO and evaluation defaults; docs/harness_s.md):
-SFT warm start 11-17 min, evolution 1 min, 8.5-12 min per Harness-S run, 4-6.5 min per GRPO-only run.
+Measured (2026-12-02, once, on 2 CPU cores shared with other jobs, load average 8-10):
+``--seeds=1`` from a warm start built beforehand (``--warm_start=/tmp/hs/sft``, key matched)
+took 23.7 min: evolution 89 s, GRPO only 433 s, H0 resampling 444 s, Harness-S 447 s, report
+10 s. Held-out H0 Avg@4 minus GRPO only's (64 tasks x 4, paired, 95% interval): resampling
+-0.004 [-0.016, +0.008], Harness-S +0.000 [+0.000, +0.000] (greedy +0.047 [+0.000, +0.109]);
+no arm beats GRPO only (docs/harness_s.md §10). Not measured: the 3-seed default, or a run that
+includes SFT (11-17 min on 2026-11-30).
 """
 import os
 import sys
