@@ -54,7 +54,12 @@ H0 Avg@4: 0.102 at step 0, 0.121 ± 0.004 at step 6, 0.077 ± 0.004 at step 12 (
 changed it by -0.001 ± 0.004: no held-out gain over GRPO only in this budget. These figures
 predate the GRPO defaults and evaluation of 2026-12-02 (``rl.skip_no_signal`` and
 ``rl.reference_kl`` on; evaluation sampling keyed by (task, attempt), so every evaluation draws
-the same random numbers; ``eval.greedy``): not re-measured since.
+the same random numbers; ``eval.greedy``). Re-measured once since, with 1 seed, through
+``launch/main.py`` (2026-12-02, 2 heavily loaded cores, docs/harness_s.md §10): 447 s for 12
+steps; rescue triggered on 0.562 of the groups and succeeded on 0.628. The zero-variance fraction
+after rescue was 0.438 counting the trained episodes and 0.250 with the original failures.
+Held-out H0 Avg@4 was 0.145 at start and at the end, +0.000 [+0.000, +0.000] against GRPO only;
+greedy 0.344, +0.047 [+0.000, +0.109]. No gain is shown.
 """
 from experiments.configs import cpu_learnable
 from experiments.configs.harness_s import common
