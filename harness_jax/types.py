@@ -15,12 +15,18 @@ class ToolCall:
     arguments: dict
 
 
+UNSAMPLED_LOGP = float("nan")   # rollout log-probability of a credited token no sampler drew
+
+
 @dataclasses.dataclass
 class TokenSegment:
     """One token-exact training sequence produced by the executor.
 
     ``loss_mask[i] == 1`` exactly on tokens the policy sampled; ``rollout_logprobs[i]`` is the
-    engine's log-probability of token i where the mask is 1 and 0.0 elsewhere. All three lists
+    engine's log-probability of token i where the mask is 1 and 0.0 elsewhere. One exception:
+    tokens credited without being sampled (Harness-S ``rescue.credit="executed_action"``: an
+    overlay's rewritten action) have mask 1 and ``UNSAMPLED_LOGP``; the learner then uses its
+    recomputed log-probability (no sampler to correct for). All three lists
     have the same length. ``turn_starts`` lists the indices where assistant turns begin (legal
     split points for over-long sequences).
     """

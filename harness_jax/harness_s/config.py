@@ -22,7 +22,7 @@ from ml_collections import config_dict
 
 from harness_jax.config_problems import Problem
 from harness_jax.harness_s.editors import EDITORS
-from harness_jax.harness_s.pool import load_pool
+from harness_jax.harness_s.pool import load_pool, select_siblings
 
 METRICS = ("rescue_rate", "success_rate")
 AGGREGATIONS = ("borda", "rrf")
@@ -276,6 +276,9 @@ def router_config_dict(rc: RouterConfig) -> dict:
 
 # ------------------------------------------------------------------ the whole harness_s section
 SELECTORS = ("h0", "mixture")
+HELPERS = ("router", "h0")                     # rescue.helpers
+CREDITS = ("policy_tokens", "executed_action")  # = credit.CREDITS
+POOL_SIBLINGS = ("all", "no_action_rewrites")  # = pool.POOL_SIBLINGS
 SPLIT_MODES = ("split", "per_helper")          # = rescue.SPLIT_MODES
 CALIBRATIONS = ("with_original", "replaced")   # = rescue.CALIBRATIONS
 
@@ -284,10 +287,13 @@ def harness_s_section() -> ml_collections.ConfigDict:
     """The experiment config's ``harness_s`` section (``experiments/configs/harness_s/``)."""
     s = ml_collections.ConfigDict()
     s.pool = ""                     # frozen pool file (pool-<hash>.json from launch/evolve.py); "" = none (GRPO only)
+    s.pool_siblings = "all"         # "all" | "no_action_rewrites": route only over H0 and siblings that never rewrite or force an action
     s.rescue = ml_collections.ConfigDict()
     s.rescue.enabled = True         # replace all-failed H0 groups by attempts under router-picked helpers
     s.rescue.split = "split"        # "split": the G attempts are shared by the K helpers | "per_helper": G each
     s.rescue.calibration = "with_original"  # advantage statistics over the G original failures + the rescue | "replaced": the rescue alone
+    s.rescue.helpers = "router"     # "router": siblings the router picks (Harness-S) | "h0": the attempts re-rolled under H0 (equal-budget control, no pool)
+    s.rescue.credit = "policy_tokens"  # "policy_tokens": overlay-rewritten turns masked | "executed_action": also train on the executed rewritten action
     s.router = router_config()      # which helpers (and Rank-1 at evaluation); see docs/harness_s.md
     s.selector = ml_collections.ConfigDict()
     s.selector.name = "h0"          # harness a group is first rolled out under: "h0" | "mixture" (the fixed-mixture baseline)
@@ -349,7 +355,19 @@ def harness_s_problems(config: Any, *, check_paths: bool = True, router_names: S
         bad("harness_s.rescue.calibration", s.rescue.calibration,
             f"unknown calibration; allowed: {', '.join(CALIBRATIONS)}",
             "set --config.harness_s.rescue.calibration=with_original")
-    if s.rescue.enabled or s.pool:
+    if s.rescue.helpers not in HELPERS:
+        bad("harness_s.rescue.helpers", s.rescue.helpers, f"unknown helpers; allowed: {', '.join(HELPERS)}",
+            "set --config.harness_s.rescue.helpers=router (Harness-S) or h0 (the resampling control)")
+    if s.rescue.credit not in CREDITS:
+        bad("harness_s.rescue.credit", s.rescue.credit, f"unknown credit; allowed: {', '.join(CREDITS)}",
+            "set --config.harness_s.rescue.credit=policy_tokens")
+    elif s.rescue.credit == "executed_action" and not _get(config, "rl.recompute_old_logp", True):
+        bad("harness_s.rescue.credit", s.rescue.credit, "credited executed actions have no sampling "
+            "log-probabilities: the learner must recompute them", "set --config.rl.recompute_old_logp=True")
+    if s.pool_siblings not in POOL_SIBLINGS:
+        bad("harness_s.pool_siblings", s.pool_siblings, f"unknown value; allowed: {', '.join(POOL_SIBLINGS)}",
+            "set --config.harness_s.pool_siblings=all")
+    if (s.rescue.enabled and s.rescue.helpers == "router") or s.pool:
         out += router_config_problems(s.router, router_names=router_names, pool=pool,
                                       path="harness_s.router", environ=env)
     _selector_problems(s, bad, pool)
@@ -374,7 +392,7 @@ def _pool_problems(config, bad, check_paths):
     """The pool file: exists, loads, same environment; required when something uses it."""
     s = config.harness_s
     if not s.pool:
-        uses = [w for w, on in (("rescue", s.rescue.enabled), ("the mixture selector", s.selector.name == "mixture"),
+        uses = [w for w, on in (("rescue", s.rescue.enabled and s.rescue.helpers == "router"), ("the mixture selector", s.selector.name == "mixture"),
                                 ("re-anchoring", s.reanchor.every_steps)) if on]
         if uses:
             bad("harness_s.pool", s.pool, f"{uses[0]} needs a sibling pool",
@@ -393,6 +411,8 @@ def _pool_problems(config, bad, check_paths):
         bad("harness_s.pool", s.pool, f"the pool cannot be loaded ({e})",
             "point it at an unmodified pool file written by launch/evolve.py")
         return None
+    if s.pool_siblings in POOL_SIBLINGS:
+        pool = select_siblings(pool, s.pool_siblings)
     if pool.env_name and pool.env_name != config.env.name:
         bad("harness_s.pool", s.pool, f"the pool was evolved on {pool.env_name!r}, the run is "
             f"on {config.env.name!r}", "evolve a pool for this environment")
@@ -465,6 +485,8 @@ class RescueSpec:
     enabled: bool
     split: str
     calibration: str
+    helpers: str
+    credit: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,6 +530,7 @@ class HarnessSSpec:
     """The ``harness_s`` section, resolved (every field is ``harness_s_section``'s)."""
 
     pool: str
+    pool_siblings: str
     rescue: RescueSpec
     router: RouterConfig
     selector_name: str
@@ -520,9 +543,16 @@ class HarnessSSpec:
 
     @property
     def uses_pool(self) -> bool:
-        """Whether training needs the pool (rescue, the mixture selector or re-anchoring)."""
-        return bool(self.pool) and bool(self.rescue.enabled or self.selector_name == "mixture"
-                                        or self.reanchor_every_steps)
+        """Whether training needs the pool (rescue by router-picked siblings, the mixture selector
+        or re-anchoring)."""
+        return bool(self.pool) and bool((self.rescue.enabled and self.rescue.helpers == "router")
+                                        or self.selector_name == "mixture" or self.reanchor_every_steps)
+
+    @property
+    def trains(self) -> bool:
+        """Whether training runs the Harness-S extension: it uses the pool, or resamples all-fail
+        groups under H0 (``rescue.helpers="h0"``, which needs no pool)."""
+        return self.uses_pool or (self.rescue.enabled and self.rescue.helpers == "h0")
 
 
 def harness_s_spec(s) -> HarnessSSpec:
@@ -532,7 +562,7 @@ def harness_s_spec(s) -> HarnessSSpec:
 
     weights = s.selector.weights or {}
     return HarnessSSpec(
-        pool=str(s.pool), rescue=fields(RescueSpec, s.rescue), router=RouterConfig.from_config(s.router),
+        pool=str(s.pool), pool_siblings=str(s.pool_siblings), rescue=fields(RescueSpec, s.rescue), router=RouterConfig.from_config(s.router),
         selector_name=str(s.selector.name), selector_weights=tuple((str(k), float(weights[k])) for k in weights),
         validation=fields(ValidationSpec, s.validation), reanchor_every_steps=int(s.reanchor.every_steps),
         reanchor_llm_profiles=bool(s.reanchor.llm_profiles), evolve=fields(EvolveSpec, s.evolve),

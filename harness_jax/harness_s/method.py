@@ -1,6 +1,7 @@
 """Harness-S registered as a training method: it owns the ``harness_s`` config section (checked
 and resolved into ``config.HarnessSSpec``) and gives a plain training run its extension
-(``training.HarnessSExtension``) when the section uses a pool, and ``launch/evaluate.py`` its
+(``training.HarnessSExtension``) when the section uses a pool or resamples all-fail groups under
+H0 (``HarnessSSpec.trains``), and ``launch/evaluate.py`` its
 Rank-1 routing (``rank1.rank1_main``)."""
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def resolve(config, bad, check_paths: bool = True):
 
 
 def run_extensions(hs, run) -> list:
-    return [HarnessSExtension(hs)] if hs.uses_pool else []
+    return [HarnessSExtension(hs)] if hs.trains else []
 
 
 extensions.register(extensions.Method(section="harness_s", resolve=resolve, extensions=run_extensions,

@@ -272,6 +272,41 @@ def load_pool(path: str, env_name: Optional[str] = None) -> SiblingPool:
     return SiblingPool.from_body(body, content_hash=h, path=path, env_name=env_name)
 
 
+
+ACTION_EFFECTS = ("rewrite_action", "force_action")   # effects that make the environment run an action the policy did not sample
+POOL_SIBLINGS = ("all", "no_action_rewrites")         # ``harness_s.pool_siblings``
+
+
+def rewrites_actions(sibling: Sibling) -> bool:
+    """Whether the sibling's overlay can make the environment execute an action the policy did not
+    sample: a guard or recovery rule with effect ``rewrite_action``/``force_action``, or a code hook
+    whose source names one of them (a static check of the literal: every fix of
+    ``harness.fixes`` returns its effect kind as a literal)."""
+    patch = sibling.patch
+    if patch is None:
+        return False
+    for typ in ("add_guard_rule", "add_recovery_rule"):
+        if any(r.get("effect") in ACTION_EFFECTS for r in patch.of_type(typ)):
+            return True
+    return any(k in code for code in patch.code_hooks().values() for k in ACTION_EFFECTS)
+
+
+def select_siblings(pool: SiblingPool, which: str) -> SiblingPool:
+    """The pool a run routes over (``harness_s.pool_siblings``): ``"all"`` returns ``pool``;
+    ``"no_action_rewrites"`` keeps H0 and the siblings that never rewrite or force an action
+    (``rewrites_actions``), so every rescued success is the policy's own actions. The result keeps
+    the file's content hash (checkpoints compare it) and records the filter in ``meta``."""
+    if which not in POOL_SIBLINGS:
+        raise ValueError(f"harness_s.pool_siblings={which!r}; use one of {POOL_SIBLINGS}")
+    if which == "all":
+        return pool
+    keep = [pool.entries[0]] + [e for e in pool.entries[1:] if not rewrites_actions(e.sibling)]
+    meta = dict(pool.meta, siblings_filter=which, siblings_dropped=len(pool.entries) - len(keep))
+    return SiblingPool(keep, env_name=pool.env_name, val_task_ids=pool.val_task_ids,
+                       task_info=pool.task_info, h0_failures=pool.h0_failures,
+                       profiles={k: v for k, v in pool.profiles.items() if k in {e.sibling_id for e in keep}},
+                       meta=meta, content_hash=pool.content_hash, path=pool.path)
+
 # ------------------------------------------------------------------------------------------ report
 def pool_report(pool: SiblingPool, max_tasks: int = 40) -> str:
     """Markdown: per sibling its direction, coverage and the tasks only it solves; the greedy

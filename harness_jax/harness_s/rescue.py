@@ -106,6 +106,7 @@ class RescueRecord:
     infra_error: bool = False                       # an original rollout hit infrastructure
     helper_results: dict = dataclasses.field(default_factory=dict)  # sid -> [success|None]
     final_rewards: list[float] = dataclasses.field(default_factory=list)  # the group's advantage statistics
+    trained_rewards: Optional[list] = None          # rewards of the episodes trained after rescue (None: final_rewards)
     wall_s: float = 0.0                             # rescue rollouts' wall time
     started: Optional[float] = None                 # perf_counter() when the rescue began ...
     ended: Optional[float] = None                   # ... and ended (concurrent rescues overlap)
@@ -133,7 +134,13 @@ def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.
     """Per-step rescue statistics: trigger rate, rescue success rate (triggered groups with at
     least one successful helper attempt), helper attempt success rate, zero-variance fraction
     before and after rescue, per-helper calls/attempts/successes, rescue wall time (the union
-    of the concurrent rescues' intervals) as a fraction of ``step_wall_s``."""
+    of the concurrent rescues' intervals) as a fraction of ``step_wall_s``.
+
+    The zero-variance fraction after rescue is reported under both calibrations' readings:
+    ``zero_variance_after`` over the rewards of the episodes trained (``"replaced"``: the injected
+    original failures are no signal, so an all-success rescue still counts as zero-variance) and
+    ``zero_variance_after_with_original`` over the advantage statistics (original failures
+    included under ``"with_original"``, where an all-success rescue carries signal)."""
     n = len(records)
 
     def zero_var(r):
@@ -160,8 +167,10 @@ def rescue_step_metrics(records: Sequence[RescueRecord], step_wall_s: float = 0.
             "helper_attempt_success_rate": att_s / att_n if att_n else 0.0,
             "zero_variance_before": (sum(zero_var(r.original_rewards) for r in records) / n)
             if n else 0.0,
-            "zero_variance_after": (sum(zero_var(r.final_rewards or r.original_rewards)
-                                        for r in records) / n) if n else 0.0,
+            "zero_variance_after": (sum(zero_var(r.final_rewards or r.original_rewards if r.trained_rewards is None
+                                                 else r.trained_rewards) for r in records) / n) if n else 0.0,
+            "zero_variance_after_with_original": (sum(zero_var(r.final_rewards or r.original_rewards)
+                                                      for r in records) / n) if n else 0.0,
             "infra_groups": sum(r.infra_error for r in records),
             "per_helper": per, "rescue_wall_s": wall,
             "rescue_wall_fraction": wall / step_wall_s if step_wall_s > 0 else 0.0}

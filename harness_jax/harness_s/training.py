@@ -43,8 +43,9 @@ import numpy as np
 from absl import logging
 
 from harness_jax.harness_s.config import HarnessSSpec, LLMSpec
+from harness_jax.harness_s.credit import credit_episode
 from harness_jax.harness_s.llm import make_client
-from harness_jax.harness_s.pool import SiblingPool, load_pool
+from harness_jax.harness_s.pool import SiblingPool, load_pool, select_siblings
 from harness_jax.harness_s.profiles import LLMProfiler
 from harness_jax.harness_s.rescue import (RescueRecord, rescue_step_metrics, rescue_trigger,
                                           split_attempts)
@@ -52,6 +53,7 @@ from harness_jax.harness_s.routers import Router, make_router, reanchor_from_tra
 from harness_jax.train import builders
 from harness_jax.train.console import QUIET
 from harness_jax.train.extensions import Extension
+from harness_jax.train.collect import harness_id
 from harness_jax.train.groups import Group
 
 
@@ -89,18 +91,40 @@ class RouterAccess:
 
 
 class RescueProcessor:
-    """The rescue ``GroupPostProcessor`` (see the module docstring)."""
+    """The rescue ``GroupPostProcessor`` (see the module docstring). ``base``: H0 as the run
+    executes it (required for ``helpers="h0"``, which re-rolls the attempts under it and needs
+    neither pool nor router); ``tokenizer``: required for ``credit="executed_action"``."""
 
-    def __init__(self, pool: SiblingPool, router: RouterAccess, *, group_size: int, split: str = "split",
-                 calibration: str = "with_original", base_ids: Sequence[str] = ()):
+    def __init__(self, pool: Optional[SiblingPool], router: Optional[RouterAccess], *, group_size: int,
+                 split: str = "split", calibration: str = "with_original", base_ids: Sequence[str] = (),
+                 helpers: str = "router", base=None, credit: str = "policy_tokens", tokenizer=None):
+        if helpers == "router" and (pool is None or router is None):
+            raise ValueError("RescueProcessor: helpers='router' needs the pool and the router")
+        if helpers == "h0" and base is None:
+            raise ValueError("RescueProcessor: helpers='h0' needs the base harness (base=)")
+        if credit != "policy_tokens" and tokenizer is None:
+            raise ValueError(f"RescueProcessor: credit={credit!r} needs the policy's tokenizer")
         self.pool = pool
         self.router = router
         self.group_size = int(group_size)
         self.split = split
         self.calibration = calibration
-        self.base_ids = set(base_ids) | {pool.ids[0]}   # groups rolled out under H0
+        self.helpers = helpers
+        self.base = base
+        self.credit = credit
+        self.tokenizer = tokenizer
+        self.base_ids = set(base_ids) | ({pool.ids[0]} if pool is not None else set())   # groups rolled out under H0
+        if base is not None:
+            self.base_ids.add(harness_id(base))
         self._records: dict[int, list[RescueRecord]] = {}
         self._lock = threading.Lock()
+
+    async def _plan(self, group: Group, step: int) -> tuple[list, Optional[int]]:
+        """``([(helper id, harness, attempts)], router decision id or None)``."""
+        if self.helpers == "h0":
+            return [(harness_id(self.base), self.base, self.group_size)], None
+        ids, decision = await asyncio.to_thread(self.router.rank, group.task, group.episodes, step)
+        return [(sid, self.pool.entry(sid).sibling, n) for sid, n in split_attempts(self.group_size, ids, self.split)], decision
 
     def _record(self, step: int, rec: RescueRecord) -> None:
         with self._lock:
@@ -122,35 +146,36 @@ class RescueProcessor:
             return group
         rec.triggered = True
         rec.started = time.perf_counter()
-        helpers, decision = await asyncio.to_thread(self.router.rank, group.task, group.episodes, step)
-        plan = split_attempts(self.group_size, helpers, self.split)
+        plan, decision = await self._plan(group, step)
 
-        async def helper(i, sid, n):
+        async def helper(i, sid, harness, n):
             seed = zlib.crc32(f"{group.group_id}/rescue/{sid}".encode()) % (2 ** 31 - 1)
-            return await rollout(group.task, self.pool.entry(sid).sibling, n,
-                                 f"{group.group_id}-r{i}", seed=seed)
+            return await rollout(group.task, harness, n, f"{group.group_id}-r{i}", seed=seed)
 
-        results = await asyncio.gather(*[helper(i, sid, n) for i, (sid, n) in enumerate(plan)])
+        results = await asyncio.gather(*[helper(i, *p) for i, p in enumerate(plan)])
         outcomes = {sid: [None if e.infra_error else bool(e.success) for e in eps]
-                    for (sid, _), eps in zip(plan, results)}
-        await asyncio.to_thread(self.router.record_outcome, decision, outcomes)
+                    for (sid, _, _), eps in zip(plan, results)}
+        if decision is not None:
+            await asyncio.to_thread(self.router.record_outcome, decision, outcomes)
         rec.helper_results = outcomes
         rec.ended = time.perf_counter()
         rec.wall_s = rec.ended - rec.started
-        new = [e for eps in results for e in eps if not e.infra_error]
+        new = [credit_episode(e, self.tokenizer, self.credit) for eps in results for e in eps if not e.infra_error]
         info = dict(group.info, rescue={
-            "decision_id": decision, "helpers": [sid for sid, _ in plan],
-            "attempts": {sid: n for sid, n in plan}, "original_episodes": [e.episode_id for e in group.episodes],
-            "original_rewards": rec.original_rewards, "calibration": self.calibration,
+            "decision_id": decision, "helpers": [sid for sid, _, _ in plan], "helper_kind": self.helpers,
+            "attempts": {sid: n for sid, _, n in plan}, "original_episodes": [e.episode_id for e in group.episodes],
+            "original_rewards": rec.original_rewards, "calibration": self.calibration, "credit": self.credit,
             "helper_infra_errors": sum(e.infra_error for eps in results for e in eps)})
         if not new:          # every helper attempt failed on infrastructure: nothing to score
             rec.final_rewards = list(rec.original_rewards)
             self._record(step, rec)
             return dataclasses.replace(group, info=info)
+        info["replaced_successes"] = [bool(e.success) for e in group.episodes]   # training success counts these
         baseline = list(rec.original_rewards) if self.calibration == "with_original" else []
-        out = Group(group.group_id, group.task, new, harness_id="rescue", info=info,
-                    baseline_rewards=baseline)
+        out = Group(group.group_id, group.task, new, harness_id="rescue" if self.helpers == "router" else "resample",
+                    info=info, baseline_rewards=baseline)
         rec.final_rewards = [float(r) for r in out.stats_rewards]
+        rec.trained_rewards = [float(r) for r in out.rewards]
         self._record(step, rec)
         return out
 
@@ -191,13 +216,22 @@ class HarnessSExtension(Extension):
         self.num_steps = 0
         self.async_mode = False
         self.temperature = 1.0
+        self.base_id = ""
 
     # -- set-up -------------------------------------------------------------------------------------
     def attach(self, run) -> None:
         hs, spec = self.hs, run.spec
         self.num_steps, self.async_mode = spec.num_steps, spec.rl.async_mode
         self.temperature = spec.rollout.temperature
-        self.pool = load_pool(hs.pool)
+        self.base_id = run.harness.harness_id
+        if not hs.uses_pool:          # resampling under H0 only (rescue.helpers="h0"): no pool, no router
+            self.rescue = RescueProcessor(None, None, group_size=spec.rl.group_size, split=hs.rescue.split,
+                                          calibration=hs.rescue.calibration, helpers="h0", base=run.harness,
+                                          credit=hs.rescue.credit, tokenizer=getattr(run, "tokenizer", None))
+            run.console.line("harness_s: no pool; all-fail H0 groups are re-rolled under H0 "
+                             f"({spec.rl.group_size} attempts, calibration {hs.rescue.calibration})")
+            return
+        self.pool = select_siblings(load_pool(hs.pool), hs.pool_siblings)
         self.labels = sibling_labels(self.pool)
         run.runner.pool_version = pool_version(self.pool)
         h0 = self.pool.entries[0].sibling
@@ -213,7 +247,8 @@ class HarnessSExtension(Extension):
         if hs.rescue.enabled:
             self.rescue = RescueProcessor(self.pool, self.access, group_size=spec.rl.group_size,
                                           split=hs.rescue.split, calibration=hs.rescue.calibration,
-                                          base_ids=[run.harness.harness_id])
+                                          base_ids=[run.harness.harness_id], helpers=hs.rescue.helpers,
+                                          base=run.harness, credit=hs.rescue.credit, tokenizer=getattr(run, "tokenizer", None))
         if hs.selector_name == "mixture":
             self.selector = MixtureSelector(self.pool, dict(hs.selector_weights), seed=spec.seed)
         if hs.reanchor_every_steps:
@@ -229,7 +264,9 @@ class HarnessSExtension(Extension):
             self.val_tasks = same or tasks     # the pool's own validation tasks when this config has them
             if hs.reanchor_llm_profiles:
                 self.profiler = LLMProfiler(llm_client(hs.llm, llm_cache), seed=int(hs.llm.seed))
-        run.console.line(f"harness_s: pool {self.pool.path} ({len(self.pool)} siblings, version "
+        dropped = self.pool.meta.get("siblings_dropped")
+        run.console.line(f"harness_s: pool {self.pool.path} ({len(self.pool)} siblings"
+                         f"{f', {dropped} action-rewriting left out' if dropped is not None else ''}, version "
                          f"{pool_version(self.pool)}), router {rc.name}, rescue {'on' if self.rescue else 'off'}, "
                          f"selector {hs.selector_name}, re-anchoring every {hs.reanchor_every_steps or '-'} steps")
 
@@ -297,8 +334,11 @@ class HarnessSExtension(Extension):
                 if lab:
                     key = f"rollout/episodes_by_sibling/{lab}"
                     out[key] = out.get(key, 0.0) + 1.0
+        out.update(success_by_harness(batch.groups, self.base_ids()))
         out["rollout/overlay_masked_turns"] = float(sum(e.masked_turns for g in batch.groups
                                                         for e in g.episodes))
+        out["rollout/credited_rewritten_turns"] = float(sum(e.credited_turns for g in batch.groups
+                                                            for e in g.episodes))
         if self.rescue is not None:
             wall = float(metrics.get("time/step_s", 0.0))
             if self.async_mode:   # the batch was collected while an earlier step trained
@@ -306,13 +346,13 @@ class HarnessSExtension(Extension):
             m = rescue_step_metrics(self.rescue.pop_records(batch.step), wall)
             for k in ("groups", "rescue_triggered", "rescue_trigger_rate", "rescue_success_rate",
                       "helper_attempt_success_rate", "zero_variance_before", "zero_variance_after",
-                      "infra_groups", "rescue_wall_s", "rescue_wall_fraction"):
+                      "zero_variance_after_with_original", "infra_groups", "rescue_wall_s", "rescue_wall_fraction"):
                 out["rescue/" + k.replace("rescue_", "")] = float(m[k])
             for sid, p in m["per_helper"].items():
                 lab = self.labels.get(sid, sid)
                 for k, v in p.items():
                     out[f"rescue/helper/{lab}/{k}"] = float(v)
-        for voter, u in self.access.router.usage().items():
+        for voter, u in (self.access.router.usage() if self.access else {}).items():
             for k, v in (u or {}).items():
                 if isinstance(v, (int, float)):
                     out[f"router/usage/{voter}/{k}"] = float(v)
@@ -325,12 +365,20 @@ class HarnessSExtension(Extension):
         with open(self.log_path, "rb") as f:
             return sum(1 for _ in f)
 
+    def base_ids(self) -> set:
+        """Ids an H0 episode carries (the run's base harness, the pool's H0)."""
+        return {self.base_id} | ({self.pool.ids[0]} if self.pool is not None else set())
+
     def state_dict(self) -> dict:
+        if self.access is None:
+            return {}
         with self.access.lock:
             return {"router": self.access.router.state_dict(), "log_lines": self._log_lines(),
                     "pool_hash": self.pool.content_hash}
 
     def load_state_dict(self, state: dict) -> None:
+        if self.access is None:
+            return
         if state.get("pool_hash") != self.pool.content_hash:
             raise ValueError(f"this run's checkpoint was written with another sibling pool "
                              f"({str(state.get('pool_hash'))[:16]}, now {pool_version(self.pool)}); resume "
@@ -348,11 +396,30 @@ class HarnessSExtension(Extension):
                      self.access.router.n_decisions, len(self.access.router.reanchors))
 
     def summary(self) -> dict:
+        if self.access is None:
+            return {"pool": "", "rescue_helpers": self.hs.rescue.helpers, "credit": self.hs.rescue.credit}
         router = self.access.router
         return {"pool": self.pool.path, "pool_version": pool_version(self.pool), "router": router.name,
                 "decisions": router.n_decisions, "decision_log": self.log_path,
                 "helper_stats": {self.labels.get(k, k): v for k, v in router.helper_stats.items()},
-                "reanchors": router.reanchors, "usage": router.usage()}
+                "reanchors": router.reanchors, "usage": router.usage(), "pool_siblings": self.hs.pool_siblings,
+                "rescue_helpers": self.hs.rescue.helpers, "credit": self.hs.rescue.credit}
+
+
+def success_by_harness(groups, base_ids: set) -> dict:
+    """Training success split by harness: ``rollout/success_rate_h0`` over every episode rolled
+    out under H0 (first rollouts, including the failures a rescue replaced, and re-rolls under H0)
+    and ``rollout/success_rate_helpers`` over the episodes of pool siblings (helpers), with their
+    counts; ``rollout/success_rate`` (the loop's) stays the first rollouts alone."""
+    h0, helpers = [], []
+    for g in groups:
+        if "replaced_successes" in g.info:   # the H0 failures a rescue replaced
+            h0 += [bool(x) for x in g.info["replaced_successes"]]
+        for e in g.episodes:
+            (h0 if e.sibling_id in base_ids else helpers).append(bool(e.success))
+    return {"rollout/success_rate_h0": float(np.mean(h0)) if h0 else 0.0, "rollout/episodes_h0": float(len(h0)),
+            "rollout/success_rate_helpers": float(np.mean(helpers)) if helpers else 0.0,
+            "rollout/episodes_helpers": float(len(helpers))}
 
 
 def llm_client(llm: LLMSpec, default_cache_dir: str = ""):

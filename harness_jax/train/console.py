@@ -141,7 +141,7 @@ def plot_progress(workdir: str, out: str = "") -> Optional[str]:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
-    ax.plot(*series(rows, "rollout/success_rate"), marker=".", label="training rollouts (all harnesses)")
+    ax.plot(*series(rows, "rollout/success_rate"), marker=".", label="training rollouts (first attempts: H0)")
     ev_keys = sorted({k for r in rows for k in r if k.startswith("eval/avg@")})
     for k in ev_keys or ["eval/success_rate"]:
         xs, ys = series(rows, k)

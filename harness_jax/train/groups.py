@@ -38,6 +38,7 @@ class Episode:
     sibling_id: str = ""              # the harness (spec + overlay) that produced it (H0: its spec id)
     pool_version: str = ""            # the Harness-S pool it came from ("" = no pool)
     masked_turns: int = 0             # turns whose action an overlay overrode: not trained on
+    credited_turns: int = 0           # rewritten turns trained on the executed action (Harness-S credit "executed_action")
 
 
 @dataclasses.dataclass
@@ -68,6 +69,21 @@ class Group:
         (``rl.losses.zero_variance``, the one definition)."""
         r = self.stats_rewards
         return len(self.episodes) == 0 or bool(losses.zero_variance(r[None, :])[0])
+
+    @property
+    def trained_zero_variance(self) -> bool:
+        """All *trained* episodes share one reward (or none): no contrast among the attempts
+        themselves, whatever ``baseline_rewards`` add (the ``"replaced"`` reading of a Harness-S
+        rescue: injected original failures are not signal)."""
+        return len(self.episodes) == 0 or bool(losses.zero_variance(self.rewards[None, :])[0])
+
+    @property
+    def first_successes(self) -> list:
+        """Outcomes of the group's first rollouts, under the harness the selector chose: the
+        episodes a post-processor replaced (``info["replaced_successes"]``) when it replaced
+        them, else the group's own (what "training success" counts)."""
+        rep = self.info.get("replaced_successes")
+        return [bool(x) for x in rep] if rep is not None else [bool(e.success) for e in self.episodes]
 
     @property
     def success_rate(self) -> float:
@@ -116,7 +132,7 @@ def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std
     rescue calibration: the G original failures next to the rescue attempts, so an all-success
     rescue still teaches; ``harness_s.rescue_advantages_G`` is the same math).
     """
-    zero = 0
+    zero = trained_zero = 0
     for g in groups:
         r_1N = g.stats_rewards[None, :]
         nb = len(g.baseline_rewards)
@@ -125,13 +141,16 @@ def compute_advantages(groups: Sequence[Group], *, eps: float, scale: str = "std
         else:
             adv = np.asarray(losses.group_advantages(r_1N, eps=eps, scale=scale, baseline=baseline))
         zero += int(g.zero_variance)
+        trained_zero += int(g.trained_zero_variance)
         for ep, a in zip(g.episodes, adv[0, nb:]):
             for seg in ep.segments:
                 seg.advantage = float(a)
                 seg.reward = float(ep.reward)
                 seg.group_id = g.group_id
     return {"groups": len(groups), "zero_variance_groups": zero,
-            "zero_variance_fraction": zero / max(len(groups), 1)}
+            "zero_variance_fraction": zero / max(len(groups), 1),
+            "trained_zero_variance_groups": trained_zero,
+            "trained_zero_variance_fraction": trained_zero / max(len(groups), 1)}
 
 
 def dynamic_sampling_filter(groups: Sequence[Group], mode: str) -> tuple[list[Group], list[Group]]:

@@ -331,11 +331,15 @@ def _throughput(steps: list[dict], peak_flops: float, num_devices: int) -> dict:
 
 def _rollout_metrics(batch: Batch, episodes, segments, adv: dict, hist: dict) -> dict:
     rewards = [e.reward for e in episodes]
+    first = [s for g in batch.groups for s in g.first_successes]
     gen_tokens = sum(int(np.sum(s.loss_mask)) for s in segments)
     out = {
         "rollout/episodes": len(episodes),
         "rollout/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
-        "rollout/success_rate": float(np.mean([e.success for e in episodes])) if episodes else 0.0,
+        # training success: the groups' first rollouts (under H0 unless a selector chose otherwise),
+        # never the episodes a post-processor rolled out instead (Harness-S helpers)
+        "rollout/success_rate": float(np.mean(first)) if first else 0.0,
+        "rollout/trained_success_rate": float(np.mean([e.success for e in episodes])) if episodes else 0.0,
         "rollout/turns_mean": float(np.mean([e.num_turns for e in episodes])) if episodes else 0.0,
         "rollout/infra_errors": float(sum(g.info.get("infra_errors", 0) for g in batch.groups)),
         "rollout/generated_tokens": float(gen_tokens),
@@ -343,7 +347,10 @@ def _rollout_metrics(batch: Batch, episodes, segments, adv: dict, hist: dict) ->
         "groups/kept": float(len(batch.groups)),
         "groups/dropped_zero_variance": float(batch.dropped_groups),
         "groups/oversample_rounds": float(batch.oversample_rounds),
-        "groups/zero_variance_fraction": float(adv["zero_variance_fraction"]),
+        # groups whose trained episodes share one reward (injected baseline rewards are not signal) ...
+        "groups/zero_variance_fraction": float(adv["trained_zero_variance_fraction"]),
+        # ... and groups whose advantage statistics (baseline rewards included) have no spread
+        "groups/zero_variance_fraction_with_baseline": float(adv["zero_variance_fraction"]),
         "staleness/max": float(max(hist) if hist else 0),
         "staleness/mean": float(sum(k * v for k, v in hist.items()) / max(sum(hist.values()), 1)),
         # how many learner versions behind the engine was when this batch's collection started

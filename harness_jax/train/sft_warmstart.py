@@ -181,6 +181,16 @@ def train_segments(ctx, segments, *, should_stop: Optional[Callable[[], bool]] =
 def sft_cache_key(run, tokenizer) -> tuple[str, dict]:
     """``(key, keyed fields)`` of the warm start ``run`` (``train.spec.RunSpec``) describes with
     ``tokenizer``: what can change the recorded demonstrations and the SFT steps."""
+    d = sft_key_fields(run)
+    vocab = sorted(tokenizer.get_vocab().items())
+    d["tokenizer_vocab_sha256"] = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
+    text = json.dumps(d, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16], d
+
+
+def sft_key_fields(run) -> dict:
+    """The fields of the resolved run that can change its warm start (``sft_cache_key`` adds the
+    tokenizer's vocabulary, which these fields determine for a given code version)."""
     e, rl, opt, r = run.env, run.rl, run.opt, run.rollout
     d = {"seed": run.seed, "model": dataclasses.asdict(run.model), "mesh": dataclasses.asdict(run.mesh),
          "env": {"name": e.name, "protocol": e.protocol, "train_split": e.train_split, "num_tasks": e.num_tasks,
@@ -193,10 +203,7 @@ def sft_cache_key(run, tokenizer) -> tuple[str, dict]:
          "opt": {k: getattr(opt, k) for k in ("end_lr_ratio", "b1", "b2", "eps", "weight_decay", "grad_clip")},
          "sft": {k: v for k, v in dataclasses.asdict(run.sft).items()
                  if k not in ("cache_dir", "ckpt_every_steps", "demo_concurrency")}}
-    vocab = sorted(tokenizer.get_vocab().items())
-    d["tokenizer_vocab_sha256"] = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()
-    text = json.dumps(d, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16], d
+    return d
 
 
 def cache_entry(ctx) -> Optional[str]:

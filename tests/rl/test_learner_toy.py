@@ -286,3 +286,28 @@ def test_bad_batch_rows_and_config_errors():
         L.OptimizerConfig(schedule="step")
     with pytest.raises(ValueError, match="eps"):
         L.OptimizerConfig(eps=0.0)
+
+
+def test_unsampled_credited_tokens_take_the_recomputed_logprob(batch):
+    """Tokens credited without being sampled (``types.UNSAMPLED_LOGP``, Harness-S credit
+    "executed_action") get truncated importance weight 1: the update equals the one whose rollout
+    log-probabilities at those tokens are the learner's own; without recomputation it refuses."""
+    import dataclasses
+
+    from harness_jax.types import UNSAMPLED_LOGP
+
+    on = batch.loss_mask > 0
+    pick = on & (np.cumsum(on, axis=1) % 2 == 0)          # half of the loss tokens of every row
+    assert pick.any()
+    _, ref = make()
+    own = np.where(pick, ref.compute_logp(batch), batch.rollout_logp).astype(np.float32)
+    m_ref = ref.update(dataclasses.replace(batch, rollout_logp=own))
+    _, lr = make()
+    unsampled = dataclasses.replace(batch, rollout_logp=np.where(pick, UNSAMPLED_LOGP, batch.rollout_logp)
+                                    .astype(np.float32))
+    m = lr.update(unsampled)
+    assert np.isfinite(m[0]["loss"]) and m[0]["loss"] == pytest.approx(m_ref[0]["loss"], rel=1e-5)
+    assert m[0]["tis_weight_mean"] == pytest.approx(m_ref[0]["tis_weight_mean"], rel=1e-5)
+    _, off = make(recompute_old_logp=False)
+    with pytest.raises(ValueError, match="recompute_old_logp"):
+        off.update(unsampled)

@@ -45,13 +45,21 @@ Expected result (measured 2026-11-30, 3 seeds per arm, 2 shared and loaded CPU c
 number in docs/harness_s.md "CPU demonstration"): SFT 17 min, evolution 70 s (pool of 8; joint
 validation coverage 12/16, best single sibling 7/16, H0 1/16), 8.5-12 min per run. Rescue
 triggers on 0.59 ± 0.05 of the groups and succeeds on 0.63 ± 0.03 of them, so the zero-variance
-fraction of the trained groups is 0.25 ± 0.03 against 0.64 ± 0.06 for ``grpo_only``. Held-out
+fraction of the trained groups is 0.25 ± 0.03 against 0.64 ± 0.06 for ``grpo_only`` (counted over
+the advantage statistics, the original failures included: today's
+``groups/zero_variance_fraction_with_baseline``; the trained-episodes reading, now
+``groups/zero_variance_fraction``, was not measured). Held-out
 H0 Avg@4: 0.102 at step 0, 0.121 ± 0.004 at step 6, 0.077 ± 0.004 at step 12 (the control:
 0.102, 0.125, 0.078 ± 0.004); against the warm start on the same sampling stream, 12 steps
 changed it by -0.001 ± 0.004: no held-out gain over GRPO only in this budget. These figures
 predate the GRPO defaults and evaluation of 2026-12-02 (``rl.skip_no_signal`` and
 ``rl.reference_kl`` on; evaluation sampling keyed by (task, attempt), so every evaluation draws
-the same random numbers; ``eval.greedy``): not re-measured since.
+the same random numbers; ``eval.greedy``). Re-measured once since, with 1 seed, through
+``launch/main.py`` (2026-12-02, 2 heavily loaded cores, docs/harness_s.md §10): 447 s for 12
+steps; rescue triggered on 0.562 of the groups and succeeded on 0.628. The zero-variance fraction
+after rescue was 0.438 counting the trained episodes and 0.250 with the original failures.
+Held-out H0 Avg@4 was 0.145 at start and at the end, +0.000 [+0.000, +0.000] against GRPO only;
+greedy 0.344, +0.047 [+0.000, +0.109]. No gain is shown.
 """
 from experiments.configs import cpu_learnable
 from experiments.configs.harness_s import common
