@@ -5,7 +5,7 @@ packets, with the validation verdict (what ``evaluate_engineer.py``'s sft/grpo a
         --config=experiments/configs/harness_r1/tiny_cpu_policy.py:/tmp/r1pol/target_hf \
         --workdir=/tmp/r1pol/seed0 --packets=3
 
-Used for docs/harness_r1.md section 11.1 (the GRPO engineer's responses lost their <patch> block).
+Used for docs/harness_r1.md section 11.1, its earlier run (the GRPO engineer's responses lost their <patch> block).
 """
 import os
 import sys

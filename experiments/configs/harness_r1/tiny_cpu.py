@@ -1,4 +1,11 @@
-"""harness_r1/tiny_cpu: the Harness-R1 CPU demonstration -- a tiny engineer, SFT then GRPO, 2 cores.
+"""harness_r1/tiny_cpu: the Harness-R1 MECHANICS TEST on CPU -- a tiny engineer, SFT then GRPO, 2 cores.
+
+A mechanics test, NOT a demonstration of learning (issue 26): the scripted target turns careful
+after any harness intervention and the rule-based teacher targets exactly its seeded mistakes, so
+a gain here is circular (the ablation and Self-Refine rows follow from how the target was built).
+It checks that every stage runs end to end and that the engineer writes valid, firing patches.
+The demonstration that can show learning is ``tiny_cpu_policy`` (a trained policy as target,
+pre-registered criteria; docs/harness_r1.md section 11.1).
 
 Command::
 
@@ -19,7 +26,8 @@ Self-Refine, rule, SFT, GRPO) and the hook ablation of the same run::
 
     python launch/evaluate_engineer.py --config=experiments/configs/harness_r1/tiny_cpu.py --workdir=/tmp/r1_tiny
 
-Expected result (measured over seeds 0, 1, 2 with ``--config.seed=S``; docs/harness_r1.md
+Expected result (measured on 2026-11-30, before the issue-26 grading and reward changes, over
+seeds 0, 1, 2 with ``--config.seed=S``; docs/harness_r1.md
 section 11, plot docs/img/harness_r1_cpu.png): on the 8 held-out packets (baseline success
 48.4%) the untrained engineer writes no valid patch (Delta_B 0); after SFT its samples have mean
 Delta_B +0.353 +- 0.023, 82% valid; after GRPO +0.408 +- 0.045, 82% valid; the greedy patch of

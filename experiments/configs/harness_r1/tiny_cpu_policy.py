@@ -62,7 +62,16 @@ Commands (from the repository root; ``hf_dir`` is the config argument; CFG below
     python -m harness_jax.harness_r1.demo --criteria --workdirs=/tmp/r1/demo/main-s0,/tmp/r1/demo/main-s1,/tmp/r1/demo/main-s2 \
         --out=docs/img/harness_r1_cpu_policy
 
-Measured result: docs/harness_r1.md section 11.1 (reported against the criteria above).
+Measured result (2026-12-02, target fingerprint w-b0c3762d2929c554, 3 seeds each; docs/harness_r1.md
+section 11.1, docs/img/harness_r1_cpu_policy{,_control}.{png,json,md}): does NOT show learning.
+Main: C1 on 0/3 seeds (helpful share SFT -> GRPO 1.00 -> 0.96, 1.00 -> 0.96, 0.92 -> 0.88), C2 on
+0/3 (0/6 packets rising on each), C3 on 3/3 (valid 0.96, 0.96, 0.88), C4 fails (after GRPO - after
+SFT -0.016, 95% interval [-0.028, -0.005]). Control (invalid_reward=0): C1 0/3, C2 0/3, C3 3/3
+(0.92, 0.88, 0.92; the pre-run expectation held), C4 fails (-0.014, [-0.026, -0.002]). Held-out
+baseline success 33.3%; the rule-based reference -0.333; the greedy patch of the SFT and GRPO
+engineers +0.312 on every seed and arm: the Delta_B filter keeps one patch (answer_from_result
+alone), SFT copies it, and GRPO sampled no better one. Seed 0 end to end 19.6 min wall, 445 CPU-s;
+later runs (packets and caches copied) 4.8-6.7 min, 154-196 CPU-s; load average 8-12 on 2 cores.
 """
 import os
 
