@@ -40,12 +40,32 @@ TRAIN_RULES: Rules = (
     ("cache_seq", None),
     ("kv_heads_cache", "tensor"),
     ("linear_heads_cache", "tensor"),
+    # the hidden dim of a decoder layer's input [B, T, D] between layers (None: whole on every
+    # device; "tensor": each tensor shard holds D / tensor of it, so the layer inputs kept for the
+    # backward and the residual stream are split with the weights)
+    ("activation_embed", None),
 )
 
 # Sampling: no FSDP (weights replicated over data/fsdp, sharded over tensor/expert only).
 SAMPLE_RULES: Rules = tuple((k, None if v == "fsdp" else v) for k, v in TRAIN_RULES)
 
 DEFAULT_RULES = TRAIN_RULES
+
+
+def with_rules(base: Optional[Rules] = None, **overrides) -> Rules:
+    """``base`` (default ``TRAIN_RULES``) with the mesh axes of some logical names replaced, e.g.
+    ``with_rules(activation_embed="tensor")`` (a full table, for ``config.mesh.rules``)."""
+    base = TRAIN_RULES if base is None else base
+    names = {k for k, _ in base}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise KeyError(f"with_rules: unknown logical axes {unknown}; the table has {sorted(names)}")
+    return tuple((k, overrides.get(k, v)) for k, v in base)
+
+
+def has_rule(rules: Optional[Rules], name: str) -> bool:
+    """Whether ``rules`` (default ``DEFAULT_RULES``) has an entry for the logical ``name``."""
+    return any(k == name for k, _ in (DEFAULT_RULES if rules is None else rules))
 
 
 def resolve_mesh_shape(shape: Sequence[int], num_devices: int) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from harness_jax import compile_cache
+from harness_jax import sharding as shd
 from harness_jax.rl import policy
 from harness_jax.rl.learner import Learner
 from harness_jax.train import spec as spec_lib
@@ -118,8 +119,11 @@ class BudgetReport:
     compile_s: float
     per_device_bytes: dict          # argument / output / alias / temp / peak (bytes)
     txs_buffers: list               # HLO shapes holding T x S elements (must be empty at T >= 8k)
-    gather_dtypes: dict             # all-gathers of weights after SPMD partitioning: {dtype: count}
+    gather_dtypes: dict             # weight-sized all-gathers after SPMD partitioning: {dtype: count} (the FSDP
+                                    # weight gathers; without FSDP axes, tensor-parallel activations and gradients)
+    whole_weight_gathers: dict      # all-gathers whose result has a sharded weight's whole shape: {dtype: count}
     weight_reduce_dtypes: dict      # all-reduces / reduce-scatters of weight-shaped gradients: {dtype: count}
+    fsdp_devices: int = 1           # devices the weights' FSDP shards span (1: weights are never FSDP-gathered)
 
     @property
     def peak(self) -> float:
@@ -161,12 +165,29 @@ def txs_buffers(hlo_text: str, T: int, widths=()) -> list:
 _FLOATS = ("f32", "bf16", "f16")     # weight collectives (token-id gathers are s32)
 
 
-def _collectives(text: str, op: str, min_elems: int) -> dict:
+def _collectives(text: str, op: str, min_elems: int, shapes=None) -> dict:
+    """``{dtype: count}`` of the ``op`` results in ``text`` with >= ``min_elems`` elements (and,
+    with ``shapes``, whose shape less leading 1s is one of them)."""
     out: dict = {}
     for dt, dims in re.findall(r"= (\w+)\[([\d,]*)\][^ ]* " + op + r"\(", text):
-        n = int(np.prod([int(x) for x in dims.split(",")])) if dims else 1
-        if n >= min_elems:
+        shape = tuple(int(x) for x in dims.split(",")) if dims else ()
+        n = int(np.prod(shape)) if shape else 1
+        while shape and shape[0] == 1:
+            shape = shape[1:]
+        if n >= min_elems and (shapes is None or shape in shapes):
             out[dt] = out.get(dt, 0) + 1
+    return out
+
+
+def _weight_shapes(params, shardings) -> set:
+    """Whole shapes of the sharded matmul weights (rank >= 2) of a params tree, stacked and per
+    layer (a replicated weight is whole already; its gradient's gathers are not assembly)."""
+    out = set()
+    for x, sh in zip(jax.tree.leaves(params), jax.tree.leaves(shardings)):
+        if len(x.shape) >= 2 and any(a is not None for a in sh.spec):
+            out.add(tuple(x.shape))
+            if len(x.shape) >= 3:
+                out.add(tuple(x.shape[1:]))          # one layer of a scanned stack
     return out
 
 
@@ -178,7 +199,10 @@ def budget(run, *, devices=None, chip: Optional[str] = None, seq_len: Optional[i
     ``train.spec.RunSpec``.
 
     Also returned, from the HLO after SPMD partitioning (``dump_dir`` keeps it): the dtypes of
-    the weight all-gathers and of the weight-gradient reductions, and any ``T x S`` buffer. On
+    the weight-sized all-gathers (the FSDP weight gathers where the weights have FSDP shards,
+    ``fsdp_devices > 1``; on a tensor-parallel mesh without them, activations and gradients), of
+    the all-gathers that assemble a weight's whole shape, and of the weight-gradient reductions,
+    and any ``T x S`` buffer. On
     XLA:CPU bf16 dot operands and elementwise math are held in fp32 (its float normalisation),
     so the figure over-states a bf16 run's activations: an upper bound for GPU/TPU.
     """
@@ -207,13 +231,17 @@ def budget(run, *, devices=None, chip: Optional[str] = None, seq_len: Optional[i
     reduces = _collectives(text, "all-reduce", min_w)
     for dt, n in _collectives(text, "reduce-scatter", min_w).items():
         reduces[dt] = reduces.get(dt, 0) + n
+    fsdp = int(np.prod([ln.mesh.shape[a] for a in shd.FSDP_AXES if any(
+        a in jax.tree.leaves(tuple(s.spec)) for s in jax.tree.leaves(ln.param_sharding))]))
+    whole = _collectives(text, "all-gather", min_w, _weight_shapes(ln.state["params"], ln.param_sharding))
     return BudgetReport(
         chip=chip, hbm_bytes=CHIP_HBM[chip], mesh_shape=dict(ln.mesh.shape), seq_len=T, rows=R,
         num_params=ln.num_params, layers=mcfg.num_hidden_layers, attention=mcfg.attention_impl,
         remat=mcfg.remat, compile_s=compile_s, per_device_bytes=per,
         txs_buffers=txs_buffers(compiled.as_text() + text, T, widths),
         gather_dtypes={d: n for d, n in _collectives(text, "all-gather", min_w).items() if d in _FLOATS},
-        weight_reduce_dtypes=reduces)
+        whole_weight_gathers={d: n for d, n in whole.items() if d in _FLOATS},
+        weight_reduce_dtypes=reduces, fsdp_devices=fsdp)
 
 
 def main(argv=None):  # pragma: no cover - thin CLI

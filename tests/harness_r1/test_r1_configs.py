@@ -151,9 +151,9 @@ def test_gpu_preset_engineer_train_step_compiles_on_4_fake_devices():
 
     c = spec.resolve(gpu8.get_config("dbbench"), num_devices=4)
     rep = aot.lower_train_step(c, seq_len=256, devices=jax.devices()[:4], compile=True)
-    assert rep.mesh_shape == {"data": 1, "fsdp": 4, "tensor": 1, "expert": 1}
+    assert rep.mesh_shape == {"data": 1, "fsdp": 1, "tensor": 4, "expert": 1}   # tensor parallel
     assert 8.5e9 < rep.num_params < 9.5e9                   # the 9B engineer
-    assert rep.rows == 32                                     # 8 micro-batches x 4 devices: K=8 x 4 packets
+    assert rep.rows == 32                                     # 32 micro-batches of one row: K=8 x 4 packets
     print(json.dumps(rep.as_dict()))
 
 

@@ -74,6 +74,24 @@ def test_rules_drop_non_dividing_axes_and_name_missing_rules():
         shd.make_mesh((4, 4))
 
 
+def test_layer_inputs_follow_the_activation_embed_rule_between_layers_only():
+    """``with_rules(activation_embed="tensor")`` splits a layer input's hidden dim over ``tensor``;
+    other activations, the default rules and a table without the entry keep it whole."""
+    mesh = shd.make_mesh((1, 2, 4))
+    rules = shd.with_rules(activation_embed="tensor")
+    assert dict(rules)["activation_embed"] == "tensor" and len(rules) == len(shd.TRAIN_RULES)
+    with pytest.raises(KeyError, match="no_such_axis"):
+        shd.with_rules(no_such_axis="tensor")
+    x = jnp.zeros((2, 8, 64))
+    for table, between, want in ((rules, True, P("fsdp", None, "tensor")), (rules, False, P("fsdp")),
+                                 (None, True, P("fsdp")),
+                                 (tuple(r for r in rules if r[0] != "activation_embed"), True, P("fsdp"))):
+        tm = qwen3_5.presets.get("tiny")
+        m = nnx.eval_shape(lambda: qwen3_5.Qwen3_5ForCausalLM(tm, rngs=nnx.Rngs(0))).set_mesh(mesh, table)
+        got = jax.jit(lambda a: m.model.constrain(a, between_layers=between))(x).sharding.spec
+        assert tuple(got) + (None,) * (3 - len(got)) == tuple(want) + (None,) * (3 - len(want)), (table, between, got)
+
+
 def test_sharded_cache_extend_matches_single_device(tiny_hf_moe_dir, ref_moe):
     """Prefill + one decode step with model and cache on a (2,2,2) mesh == one device."""
     ids, _ = ref_moe

@@ -3,7 +3,7 @@
 Benchmark by argument: ``gpu8.py:dbbench`` (default), ``gpu8.py:alfworld``, ``gpu8.py:webshop``.
 
 Layout (everything served by SGLang): GPUs 0-3 run the JAX learner of the ENGINEER (mesh data=1
-x fsdp=4); GPUs 4-5 run two SGLang servers of the engineer (its K=8 samples per packet; weights
+x fsdp=1 x tensor=4); GPUs 4-5 run two SGLang servers of the engineer (its K=8 samples per packet; weights
 reach them as an HF export after every step, ``update_weights_from_disk``); GPUs 6-7 run two
 SGLang servers of the frozen TARGET (Qwen3.5-9B; the reruns of every patch). The target's servers
 are pinned at their ``weight_version``: a weight update aimed at them raises. Reward evaluations
@@ -28,31 +28,49 @@ Commands::
         --workdir=$WORKDIR --split=held_out
 
 Expected result: not run by this project (no GPU here); the config validates and the engineer's
-GRPO train step compiles for the 4-device fsdp mesh on CPU fake devices
+GRPO train step compiles for the 4-device tensor-parallel mesh on CPU fake devices
 (tests/harness_r1/test_r1_configs.py). The paper's figures for this setting: equal-weight mean
 success over WebShop, ALFWorld and DBBench of a vanilla Qwen3.5-9B target 44.3% -> 53.6% with the
 trained engineer. Cost per GRPO step: docs/harness_r1.md section 8 (K x n = 80 target episodes
 per packet, 4 packets).
 
-Memory plan: Pallas (Triton) flash attention with segment ids (nothing T x S), remat "offload"
-(each layer recomputed; its input in pinned host memory, 32 x 32768 x 4096 x 2 B = 8.6 GB off the
-GPU), weights cast to bf16 on their FSDP shards before the per-layer all-gather. Static part,
-exact (N = 8.95e9, fsdp=4): fp32 params 9.0 GB + Adam m, v 17.9 GB + fp32 gradient accumulator
-9.0 GB = 35.8 GB per GPU, plus 9.0 GB per GPU for the fp32 reference copy ``rl.reference_kl``
-keeps (on by default since 2026-12-02; outside the train step and the AOT figure). AOT budget: does not fit (112 GB per device against the 72 GB budget =
-80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the 4-device
-mesh at pack_len 32768, full depth, one 32768-token row per GPU per micro-batch
-(tests/experiments/test_aot.py). That compile is XLA:CPU's: it holds bf16 math and the bf16
-copies of dot operands in fp32 and keeps the offloaded layer inputs on the device, so the figure
-is an upper bound, but no fit is shown (157 GB before remat "full" recomputed the layers of a
-scanned cycle one at a time, ``model.ordered_remat``); before this plan (reference attention materialising
-[B, K, G, T, S] fp32 scores, dots-saveable remat, fp32 weight gathers) the same compile reported
-907 GB. Until a measurement on the GPUs (``benchmarks/accel_probe.py``) says otherwise, 32768-token
-rows on 4 x H100 are not known to fit.
+Memory plan: tensor parallelism over the 4 GPUs (mesh data=1 x fsdp=1 x tensor=4). Every matmul
+weight is split 4 ways (attention heads, MLP width, Gated DeltaNet channels, vocabulary) and never
+gathered; the layer inputs are split over the hidden dim between layers (``mesh.rules``:
+``activation_embed`` -> tensor); one 32768-token row per micro-batch runs on all four GPUs (32
+micro-batches of one row = K=8 x 4 packets). Pallas (Triton) flash attention with segment ids
+(nothing T x S; one kv head per GPU), remat "offload" (each layer recomputed; its input in pinned
+host memory), bf16 compute. Static part, exact (N = 8.95e9 over 4 GPUs): fp32 params 9.0 GB +
+Adam m, v 17.9 GB (the arguments, 26.9 GB) + fp32 gradient accumulator 9.0 GB + one micro-batch's
+fp32 gradient 9.0 GB. No fp32 reference copy: ``rl.reference_kl`` is off here (it would keep 9.0 GB
+per GPU outside the train step and the AOT figure, 65 + 9 = 74 GB > 72; with ``rl.kl_coef`` 0
+the copy only logs ``learner/kl_to_ref``).
+AOT budget: fits (65 GB per device against the 72 GB budget = 80 GB less 10% headroom), from XLA's memory analysis of the train step compiled for the
+4-device mesh at pack_len 32768, full depth (tests/experiments/test_aot.py): arguments 26.95 GB +
+temporaries 37.96 GB = 64.9 GB. Measured at 8k / 16k / 32k: 50.7 / 55.5 / 64.9 GB, i.e. 46.0 GB
+T-independent (arguments 26.9, accumulator 9.0, micro-batch gradient 9.0, the rest ~1) + 0.58 MB
+per token (the 32 layer inputs, 32 x 32768 x 1024 x 4 B = 4.3 GB as XLA:CPU keeps them, plus one
+layer's recomputation and backward, ~14.6 GB at 32k). That compile is XLA:CPU's: it holds bf16
+math and the bf16 copies of dot operands in fp32 and keeps the offloaded layer inputs on the
+device, so the figure is an upper bound. Without the ``activation_embed`` rule the same mesh
+measured 51.5 / 57.3 GB at 8k / 16k (~69 GB at 32k by the same slope: 3 GB of margin); the layer
+inputs split over the sequence instead (sequence parallelism) measured 60.1 GB at 16k.
+
+Before (mesh fsdp=4, 8 micro-batches of one row per GPU, weights cast to bf16 on their shards and
+gathered per layer): 112 GB per device, does not fit (111.7 = arguments 26.9 + temporaries 84.8;
+measured at 2k / 8k / 16k / 32k: 59.4 / 66.6 / 81.8 / 111.7 GB, i.e. ~51 GB T-independent:
+arguments 26.9, accumulator 9.0, micro-batch gradient 9.0, the LM head gathered whole in bf16
+2.0 and its whole fp32 gradient 4.1 before the reduce-scatter (buffer shapes of XLA's report);
++ 1.84 MB per token: the 32 whole layer inputs, 32 x 32768 x 4096 x 4 B = 17.2 GB, and one
+layer's recomputation and backward at full width with the LM head's logits chunks, ~43 GB at
+32k). Tensor parallelism divides the layer inputs by 4 and one layer's activations by ~3, and
+splits the LM head over the vocabulary instead of gathering it. 157 GB before remat "full" recomputed the layers of a scanned
+cycle one at a time (``model.ordered_remat``); 907 GB before the attention / remat / gather plan.
 """
 
 from experiments.configs import common
 from experiments.configs.harness_r1 import common as r1_common
+from harness_jax import sharding
 
 BENCHMARKS = ("dbbench", "alfworld", "webshop")
 
@@ -93,7 +111,8 @@ def get_config(benchmark: str = "dbbench"):
     c.model.attention = "pallas_gpu"      # Pallas (Triton) flash attention: causal + segment ids, nothing T x S
     c.model.scan_layers = True            # one cycle scanned
 
-    c.mesh.shape = (1, 4, 1, 1)           # learner: 4 GPUs, FSDP
+    c.mesh.shape = (1, 1, 4, 1)           # learner: 4 GPUs, tensor parallel (heads, MLP, vocab, GDN channels split 4 ways)
+    c.mesh.rules = sharding.with_rules(activation_embed="tensor")  # layer inputs split over the hidden dim between layers
     c.mesh.num_devices = 4                # CUDA_VISIBLE_DEVICES=0,1,2,3
     c.mesh.platform = "gpu"               # H100-80GB
     c.mesh.chip = "h100"                  # AOT budget: 80 GB per GPU
@@ -131,11 +150,12 @@ def get_config(benchmark: str = "dbbench"):
 
     c.rl.group_size = 8                   # K
     c.rl.tasks_per_step = 4               # packets per step (32 responses)
-    c.rl.micro_batches = 8                # one 32k row per micro-batch per GPU
+    c.rl.micro_batches = 32               # one 32k row per micro-batch, on all 4 GPUs
     c.rl.mini_batches = 1                 # one optimizer step per rollout batch
     c.rl.pack_len = 32768                 # one engineer sequence per row
     c.rl.pack_buckets = (16384,)          # shorter rows when the batch allows
     c.rl.logit_chunk = 1024               # LM head in 1024-position chunks
+    c.rl.reference_kl = False             # no kl_to_ref log: its fp32 reference copy (9 GB per GPU) would not fit beside the step
     c.rl.async_mode = True                # rewards overlap training
     c.rl.max_staleness = 4                # the method's bound
     c.opt.lr = 1e-6                       # GRPO lr

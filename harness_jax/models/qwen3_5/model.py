@@ -476,18 +476,23 @@ class TextModel(nnx.Module):
         self.mesh = None   # set by set_mesh: activations are pinned to batch sharding per block
         self.rules = None
 
-    def constrain(self, x):
+    def constrain(self, x, between_layers: bool = False):
         """Pin a ``[B, ...]`` activation to the batch sharding of the mesh (block boundaries only).
 
         Without it GSPMD may shard activations along the hidden dim and partition the GDN scan
         with collectives inside every chunk step; with it weights are all-gathered (FSDP) and the
-        mixers run locally per batch shard.
+        mixers run locally per batch shard. ``between_layers``: ``x`` is a decoder layer's input
+        ``[B, T, D]``, whose hidden dim also follows the ``activation_embed`` rule (split over the
+        ``tensor`` axis on a tensor-parallel mesh, e.g. ``harness_r1/gpu8``; whole by default).
         """
         if self.mesh is None:
             return x
         if isinstance(x, tuple):
-            return tuple(self.constrain(a) for a in x)
-        spec = shd.logical_to_mesh(("batch",) + (None,) * (x.ndim - 1), self.mesh, self.rules, shape=x.shape)
+            return tuple(self.constrain(a, between_layers) for a in x)
+        axes = ("batch",) + (None,) * (x.ndim - 1)
+        if between_layers and x.ndim == 3 and shd.has_rule(self.rules, "activation_embed"):
+            axes = ("batch", None, "activation_embed")
+        spec = shd.logical_to_mesh(axes, self.mesh, self.rules, shape=x.shape)
         return jax.lax.with_sharding_constraint(x, jax.sharding.NamedSharding(self.mesh, spec))
 
     def compute_weight(self, var):
@@ -530,7 +535,7 @@ class TextModel(nnx.Module):
                 t = cfg.layer_types[i]
                 lc = None if cache is None else layer_arrays(cache, t, slots[i])
                 gd, st = nnx.split(layer)
-                x_BTD, nc, ls = run((gd, plan), st, self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gd, plan), st, self.constrain(x_BTD, between_layers=True), ctx, lc)
                 stats = add(stats, ls)
                 if cache is not None:
                     cache = set_layer_arrays(cache, t, nc)
@@ -560,7 +565,7 @@ class TextModel(nnx.Module):
                     lc = (cxs[0], cxs[1], fi)
                 else:
                     lc = (cxs[2], cxs[3], li)
-                x_BTD, nc, ls = run((gds[j], plan), states[j], self.constrain(x_BTD), ctx, lc)
+                x_BTD, nc, ls = run((gds[j], plan), states[j], self.constrain(x_BTD, between_layers=True), ctx, lc)
                 stats = add(stats, ls)
                 if cxs is not None:
                     if types[j] == FULL:
