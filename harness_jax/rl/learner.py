@@ -127,11 +127,30 @@ def make_schedule(opt: OptimizerConfig) -> optax.Schedule:
     return optax.join_schedules([optax.linear_schedule(0.0, peak, w), main], [w])
 
 
-def make_optimizer(opt: OptimizerConfig) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def decayed_params(params_state) -> dict:
+    """Which parameters weight decay applies to, as a pure dict of bools shaped like
+    ``nnx.to_pure_dict(params_state)``: matrices (rank >= 2), counted WITHOUT the leading stacked
+    ``layers`` axes a scanned decoder adds (``scan_layers``), so a norm or a gate parameter stays
+    undecayed whether or not the layers are scanned."""
+    def one(var):
+        axes = hsharding.var_logical_axes(var)
+        return var.replace(sum(1 for a in axes if a != "layers") >= 2)
+
+    return nnx.to_pure_dict(jax.tree.map(one, params_state, is_leaf=lambda x: isinstance(x, nnx.Variable)))
+
+
+def make_optimizer(opt: OptimizerConfig, matrices=None) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW (after global-norm clipping) on ``opt``'s schedule. ``matrices``: the parameters that
+    decay (``decayed_params``); default every array of rank >= 2 (right only for unstacked trees).
+    ``opt.decay_1d`` decays everything."""
     sched = make_schedule(opt)
 
     def decay_mask(params):
-        return jax.tree.map(lambda p: opt.decay_1d or p.ndim >= 2, params)
+        if opt.decay_1d:
+            return jax.tree.map(lambda p: True, params)
+        if matrices is not None:
+            return matrices
+        return jax.tree.map(lambda p: p.ndim >= 2, params)
 
     parts = []
     if opt.clip_norm is not None:
@@ -210,7 +229,7 @@ class Learner:
         self.graphdef, params_state, self.rest_state = nnx.split(model, nnx.Param, ...)
         self._abstract_params = jax.tree.map(_abstract, params_state)
         self.param_sharding = hsharding.param_shardings(params_state, self.mesh, self.rules)
-        self.tx, self.schedule = make_optimizer(cfg.opt)
+        self.tx, self.schedule = make_optimizer(cfg.opt, decayed_params(params_state))
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P(self.batch_axes or None, None))
         rest = nnx.to_pure_dict(self.rest_state)
