@@ -134,3 +134,22 @@ def test_a_hang_under_xdist_fails_fast_with_its_stacks(tmp_path):
     assert out.count("ran past HARNESS_JAX_TEST_TIMEOUT_S=3s; stacks of every thread") == 1, out
     assert "test_hang.py::test_hangs (xdist worker gw" in out and 'line 3 in test_hangs' in out
     assert "crashed while running 'test_hang.py::test_hangs'" in out and "1 failed" in out
+
+
+def test_cache_is_pruned_once_per_process_not_scanned_on_every_write(tmp_path):
+    """jax's own size bound scans the whole cache under a lock on every write (quadratic over a
+    test session); ours is off for jax and applied once, oldest entries first."""
+    env = {compile_cache.ENV: str(tmp_path)}
+    compile_cache.export_env(env)
+    assert env["JAX_COMPILATION_CACHE_MAX_SIZE"] == "-1"
+    for i, age in enumerate([300, 100, 200]):          # entry 0 oldest, then 2, then 1
+        f = tmp_path / f"jit_f-{i}-cache"
+        f.write_bytes(b"x" * 1000)
+        (tmp_path / f"jit_f-{i}-atime").write_bytes(b"t")
+        os.utime(f, (1e9 - age, 1e9 - age))
+    (tmp_path / "unrelated.txt").write_bytes(b"y" * 5000)
+    assert compile_cache.prune(str(tmp_path), max_bytes=2500) == 1
+    assert sorted(os.listdir(tmp_path)) == ["jit_f-1-atime", "jit_f-1-cache", "jit_f-2-atime", "jit_f-2-cache",
+                                            "unrelated.txt"]
+    assert compile_cache.prune(str(tmp_path), max_bytes=1000) == 1 and not (tmp_path / "jit_f-2-cache").exists()
+    assert compile_cache.prune(str(tmp_path / "missing")) == 0
