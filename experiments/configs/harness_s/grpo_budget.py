@@ -43,7 +43,9 @@ run, user CPU):
 
 Option against option (paired): s4 - s2 (failure side on) Avg@4 +0.012 [-0.006, +0.030];
 s3 - s2 -0.004 [-0.018, +0.010]; s5 - s4 -0.012 [-0.027, +0.004]; s6 - s4 0.000 [-0.014, +0.013];
-only s2 - s1 (the smaller update) is beyond its interval: +0.030 [+0.013, +0.049]. s4 is the
+s7 (exploratory: categories counting, MAX, MIN only, baseline its own start evaluation):
+Avg@4 -0.036 [-0.060, -0.013], greedy -0.145 [-0.195, -0.098] while training success rose.
+Only s2 - s1 (the smaller update) is beyond its interval: +0.030 [+0.013, +0.049]. s4 is the
 default for being plain GRPO with the smallest Avg@4 loss (tied with s6, which adds a penalty).
 
 Pre-registered criterion for a confirmatory run (written before any such run; not run, since no
