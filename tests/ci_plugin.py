@@ -90,6 +90,10 @@ SHARED_UNITS = {
 # Starting them first keeps one worker from getting a long unit at the end while the other sits
 # idle; the many short units fill in behind them.
 HEAVY_FIRST = (
+    "tests/e2e/test_learning.py",
+    "tests/e2e/test_harness_s_e2e.py",
+    "tests/e2e/test_main_job.py",
+    "tests/experiments/test_aot.py",
     "tests/harness_r1/test_engineer_pipeline.py",
     "ray",
     "tests/sweeps/test_sweep_local.py",
@@ -100,7 +104,8 @@ HEAVY_FIRST = (
     "tests/sampling/test_engine.py",
     "tests/harness/test_executor_jax.py",
     "tests/e2e/test_train_e2e.py",
-    "tests/e2e/test_harness_s_e2e.py",
+    "tests/e2e/test_modes.py",
+    "tests/harness_r1/test_r1_configs.py",
     "tests/models/test_parity.py",
     "tests/models/test_sharding.py",
     "tests/rl/test_multihost.py",
