@@ -1,4 +1,4 @@
-"""The main job in one command (thin main; the pipeline is harness_jax.harness_s.main_job):
+"""The main job in one command (thin main; the pipeline is harness_jax.jobs.harness_s_main):
 
     python3 launch/main.py [--workdir=/tmp/hs] [--seeds=3] [--arms=grpo,resample,harness_s] \
         [--steps=N] [--set=rl.group_size=8 ...] [--warm_start=DIR] [--job=experiments/jobs/harness_s_cpu.py]
@@ -63,7 +63,7 @@ def _overrides(items):
 def main(argv):
     del argv
     distributed.initialize()
-    from harness_jax.harness_s import main_job
+    from harness_jax.jobs import harness_s_main as main_job
     opts = main_job.Options(workdir=os.path.abspath(os.path.expanduser(_WORKDIR.value)),
                             seeds=tuple(range(_SEEDS.value)), arms=tuple(_ARMS.value), steps=_STEPS.value,
                             overrides=_overrides(_SET.value), warm_start=_WARM.value)

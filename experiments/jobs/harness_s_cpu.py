@@ -17,7 +17,7 @@ evaluation: 64 ``selection`` tasks x 4 attempts at T=1 on the same random number
 difference is shown. One seed is reported as a single-seed observation, not a result over seeds.
 """
 from experiments.configs.harness_s import dbbench_cpu, grpo_only, grpo_resample, hs_executed_credit, hs_no_rewrites
-from harness_jax.harness_s.main_job import Job
+from harness_jax.jobs.harness_s_main import Job
 
 DEFAULT_ARMS = ("grpo", "resample", "harness_s")
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness_jax.harness_s import main_job
+from harness_jax.jobs import harness_s_main as main_job
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -2,7 +2,7 @@
 random policy of ``tiny_hs_config`` (it solves nothing, so every group is all-fail and both
 rescue arms fire on every group), a 2-step SFT warm start, one generation of evolution on two
 training tasks, and the three arms for one GRPO step each, without re-anchoring."""
-from harness_jax.harness_s.main_job import Job
+from harness_jax.jobs.harness_s_main import Job
 from tests.e2e import tiny_hs_config
 
 

@@ -1,6 +1,6 @@
 """The Harness-S main job as one resumable pipeline (what ``launch/main.py`` runs).
 
-    from harness_jax.harness_s import main_job
+    from harness_jax.jobs import harness_s_main as main_job
     job = main_job.load_job("experiments/configs/harness_s/main_job.py")
     summary = main_job.run(job, main_job.Options(workdir="/tmp/hs", seeds=(0, 1, 2)))
 
