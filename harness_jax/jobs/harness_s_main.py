@@ -42,6 +42,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import ml_collections
 
+from harness_jax.sweeps import rundir
+
 PHASES = ("warm_start", "evolve", "arms", "report")
 
 
@@ -143,12 +145,7 @@ def _read(path: str) -> dict:
         return json.load(f)
 
 
-def _write(path: str, obj) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, path)
+_write = rundir.write_json        # atomic: an interrupted job never leaves half a marker
 
 
 class Progress:
@@ -225,9 +222,10 @@ def evolve_phase(job: Job, opts: Options, sft_dir: str, sft_key: str, prog: Prog
     d = os.path.join(opts.workdir, "evolve")
     marker = os.path.join(d, "phase.json")
     with prog.phase("evolve", f"sibling pool {key} in {d}") as ph:
-        if os.path.exists(marker) and _read(marker).get("key") == key and os.path.exists(_read(marker)["pool"]):
+        done = _read(marker) if os.path.exists(marker) else {}
+        if done.get("key") == key and os.path.exists(done.get("pool", "")):
             ph.note = "cached (pool of this warm start and evolution config)"
-            return _read(marker)["pool"]
+            return done["pool"]
         summary = evolve_run.evolve_main(cfg, d, checkpoint=sft_dir)
         _write(marker, {"key": key, "pool": summary["pool"]})
         return summary["pool"]
