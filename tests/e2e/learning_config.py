@@ -10,7 +10,7 @@ def get_config():
     c = common.base_config()
     c.name = "learning_test"
     c.seed = 0
-    c.num_steps = 30                      # GRPO steps (training success passes 0.9 after 13-18)
+    c.num_steps = 40                      # GRPO steps (training success first reaches 0.9 at step 17-31 over 9 seeds)
     c.model.tokenizer = "task_bpe"        # a few hundred tokens: the words are single tokens
     c.model.tokenizer_vocab = 512
     c.model.tokenizer_pretokenizer = "isolate"
@@ -52,7 +52,7 @@ def get_config():
     c.rl.neg_adv_weight = 0.25            # damped failure side (plain GRPO stalls on words collapsed to a wrong label)
     c.rl.pack_len = 64
     c.rl.pack_buckets = ()
-    c.opt.lr = 2e-3
+    c.opt.lr = 1e-3                       # 2e-3 left 3 of 7 seeds below 0.9 (words stuck on wrong labels; docs/rl.md)
 
     c.sft.steps = 60                      # the weak warm start (train_segments): a label, uniformly
     c.sft.batch_size = 16
