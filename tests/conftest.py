@@ -13,6 +13,12 @@ if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _FLAG).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# torch (the numerical reference) runs one thread per process: with two xdist workers on two cores
+# its OpenMP pool spun against the other worker. Measured on the 2-core machine under load:
+# tests/models/test_gdn_numerics.py's stress grid at 128 tokens spent 47 s in torch with the
+# default pool and 1.7 s with one thread; test_gdn_numerics + test_parity + test_attention (fresh
+# compilation cache each) 287 s -> 191 s wall, the same 29 passed.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # JAX's persistent compilation cache (harness_jax.compile_cache: JAX_COMPILATION_CACHE_DIR, else
 # HARNESS_JAX_COMPILATION_CACHE, else ~/.cache/harness_jax/jax_compilation; .ci/run points it at
