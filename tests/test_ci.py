@@ -83,6 +83,7 @@ def test_work_units_and_summaries():
     t = ci_plugin.timings({"tests/e2e/a.py::x": 3.0, "tests/e2e/b.py::y": 1.0, "tests/test_ci.py::z": 0.5}, top=2)
     assert t["dirs"] == {"tests/e2e": {"tests": 2, "seconds": 4.0}, "tests": {"tests": 1, "seconds": 0.5}}
     assert t["slowest"] == [["tests/e2e/a.py::x", 3.0], ["tests/e2e/b.py::y", 1.0]] and t["test_seconds"] == 4.5
+    assert t["per_test"] == {"tests/e2e/a.py::x": 3.0, "tests/e2e/b.py::y": 1.0, "tests/test_ci.py::z": 0.5}
 
 
 def _pytest_n2(directory, **env):
