@@ -1,0 +1,110 @@
+"""grpo_learns_cpu: does GRPO alone raise held-out success on CPU? (issue 25 item 5) on the
+``kv_lookup`` family (``harness_jax/envs/kv_lookup``): the prompt lists key=value pairs and asks
+for one key (``a=cat d=fog ? d``); the reply must be the queried value. The warm start is SFT on a
+weak teacher that answers one of the listed values uniformly (right 1/num_pairs of the time), so
+it answers with *a* listed value and ignores the query; GRPO has to learn the lookup from 0/1
+rewards. Held-out tasks (``selection``) share no set of values with any training task (the
+splits partition value sets by hash), so a held-out gain is the lookup rule, not memorised tasks.
+
+Why not the DBBench family (docs/harness_s.md, "GRPO learns on CPU"): there ~70% of the groups
+had no reward variance and an update fitted to a few episodes disturbed held-out tasks; six
+update settings lowered or kept held-out success. Here every group of the warm start has signal
+(success ~1/2 per attempt), and the one rule that raises training reward is the one that also
+holds on held-out tasks.
+
+Commands (one warm start, then GRPO per seed; ``nice -n 10`` on the shared machine)::
+
+    # warm start: SFT on the weak teacher, no GRPO step (evaluations before and after SFT)
+    python launch/train.py --config=experiments/configs/grpo_learns_cpu.py --workdir=/tmp/kv/sft \
+        --config.sft.enabled=True --config.num_steps=0
+    # GRPO from it, seeds 0, 1, 2 (its summary.json has #start, the warm start, and #final, both
+    # evaluated on the same 256 selection tasks with the same random numbers)
+    python launch/train.py --config=experiments/configs/grpo_learns_cpu.py --workdir=/tmp/kv/s0 \
+        --config.seed=0 --config.model.init_from=/tmp/kv/sft
+    # the paired comparison: final minus start, mean over tasks, bootstrap 95% interval over tasks
+    python launch/evaluate.py --config=experiments/configs/grpo_learns_cpu.py --workdir=/tmp/kv/cmp0 \
+        --checkpoint=/tmp/kv/s0/summary.json#final --baseline=/tmp/kv/s0/summary.json#start \
+        --out=/tmp/kv/cmp0/paired.json
+
+Pre-registered criterion (written and committed before any confirmatory run): on each of seeds
+0, 1 and 2, held-out success after GRPO minus the warm start's, on the same 256 ``selection``
+tasks and random numbers (Avg@4 at T=1, the primary measure; greedy reported beside it), has a
+paired bootstrap 95% interval above 0, with the GRPO phase (the GRPO run's wall time from start-up
+to its summary, its two evaluations included) under 20 min on the 2 shared cores. Pilot runs
+that chose the setting used seed 7 and are reported as pilots, not as results.
+
+Measured: see below (added after the runs).
+"""
+from experiments.configs import common
+
+
+def get_config():
+    c = common.base_config()
+    c.name = "grpo_learns_cpu"
+    c.seed = 0
+    c.num_steps = 150                     # GRPO steps
+    c.model.tokenizer = "task_bpe"        # a few hundred tokens: keys and values are single tokens
+    c.model.tokenizer_vocab = 512
+    c.model.tokenizer_pretokenizer = "isolate"
+    a = c.model.arch
+    a.vocab_size = 512
+    a.hidden_size = 64
+    a.intermediate_size = 128
+    a.num_hidden_layers = 2
+    a.layer_types = ("linear_attention", "full_attention")
+    a.num_attention_heads = 2
+    a.num_key_value_heads = 1
+    a.head_dim = 32
+    a.linear_num_key_heads = 1
+    a.linear_num_value_heads = 2
+    a.linear_key_head_dim = 32
+    a.linear_value_head_dim = 32
+    a.tie_word_embeddings = True
+    a.max_position_embeddings = 128
+    a.eos_token_id = 2                    # <|im_end|> in the task tokenizer
+    a.pad_token_id = 0
+    c.mesh.shape = (1, 1, 1, 1)
+    c.mesh.num_devices = 1
+
+    c.env.name = "kv_lookup"
+    c.env.protocol = "text"
+    c.env.num_tasks = 4096                # training tasks the stream cycles over
+    c.env.max_turns = 1
+    c.env.kv_lookup.num_pairs = 2         # pairs per task: the teacher (and the warm start) is right about half the time
+    c.env.kv_lookup.num_keys = 4          # keys a, b, c, d
+    c.rollout.max_slots = 128
+    c.rollout.max_len = 64
+    c.rollout.max_new_tokens = 4
+    c.rollout.prefill_buckets = (32,)
+    c.rollout.decode_steps = 8
+    c.rollout.concurrency = 128
+
+    c.rl.group_size = 8
+    c.rl.tasks_per_step = 16
+    c.rl.mini_batches = 2                 # two optimizer steps per epoch: the clip acts
+    c.rl.epochs = 2
+    c.rl.pack_len = 64
+    c.rl.pack_buckets = ()
+    c.opt.lr = 1e-3                       # GRPO learning rate
+
+    c.sft.enabled = False                 # the warm start command turns it on; GRPO runs start from model.init_from
+    c.sft.keep_failed_demos = True        # the weak teacher's replies, right or wrong
+    c.sft.num_demos = 1024                # teacher demonstrations
+    c.sft.steps = 300                     # SFT steps
+    c.sft.batch_size = 32
+    c.sft.lr = 3e-3
+    c.sft.warmup_steps = 10
+    c.sft.ckpt_every_steps = 1000
+
+    c.ckpt.every_steps = 0                # at a stop request and at the end only
+    c.ckpt.export_hf = False
+    c.eval.num_tasks = 256                # held-out selection tasks (value sets never seen in training)
+    c.eval.k = 4                          # Avg@4 at T=1, plus one greedy attempt
+    c.eval.temperature = 1.0
+    c.eval.every_steps = 0                # at the start and the end only
+    c.log.peak_flops = 1e11
+    c.log.progress_bar = "off"
+    c.log.plot = False
+    c.log.tensorboard = False
+    c.log.store_traces = False
+    return c
