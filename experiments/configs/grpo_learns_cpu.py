@@ -33,6 +33,17 @@ paired bootstrap 95% interval above 0, with the GRPO phase (the GRPO run's wall 
 to its summary, its two evaluations included) under 20 min on the 2 shared cores. Pilot runs
 that chose the setting used seed 7 and are reported as pilots, not as results.
 
+Setting (chosen by the pilots, seed 7, below): keys a and b listed in order (``a=cat b=dog ? b``,
+so the query names a position), 2 full-attention layers, SFT on 16384 teacher demonstrations
+(1000 steps), GRPO lr 3e-4 for 200 steps. Its pilot (seed 7): held-out Avg@4 0.436 -> 0.488,
++0.053 [+0.004, +0.104]; greedy +0.059 [-0.020, +0.137]; per position 0.47/0.41 -> 0.50/0.48.
+Added to the criterion before the confirmatory runs: the lookup itself counts as learned only if
+the final held-out Avg@4 of both positions (categories position_1, position_2) is above 0.5, the
+success of a policy that answers one of the two listed values at random; a gain with both at or
+below 0.5 is the warm start's missing skill (answering a listed value) completed by GRPO.
+The warm start of the confirmatory runs: /tmp/kvp/wsff2, made with the first command's flags
+equal to these defaults (pilot commands in the measured section).
+
 Measured: see below (added after the runs).
 """
 from experiments.configs import common
@@ -42,7 +53,7 @@ def get_config():
     c = common.base_config()
     c.name = "grpo_learns_cpu"
     c.seed = 0
-    c.num_steps = 150                     # GRPO steps
+    c.num_steps = 200                     # GRPO steps (pilot: 6.2 min wall beside another run)
     c.model.tokenizer = "task_bpe"        # a few hundred tokens: keys and values are single tokens
     c.model.tokenizer_vocab = 512
     c.model.tokenizer_pretokenizer = "isolate"
@@ -51,7 +62,7 @@ def get_config():
     a.hidden_size = 64
     a.intermediate_size = 128
     a.num_hidden_layers = 2
-    a.layer_types = ("linear_attention", "full_attention")
+    a.layer_types = ("full_attention", "full_attention")  # pilots: learned no faster than GDN + attention, ran faster
     a.num_attention_heads = 2
     a.num_key_value_heads = 1
     a.head_dim = 32
@@ -71,7 +82,8 @@ def get_config():
     c.env.num_tasks = 4096                # training tasks the stream cycles over
     c.env.max_turns = 1
     c.env.kv_lookup.num_pairs = 2         # pairs per task: the teacher (and the warm start) is right about half the time
-    c.env.kv_lookup.num_keys = 4          # keys a, b, c, d
+    c.env.kv_lookup.num_keys = 2          # keys a, b (4 keys: not learned even by supervised SFT in the pilots)
+    c.env.kv_lookup.shuffle_keys = False  # "a=.. b=.. ? b": the query names a position (shuffled keys: not learned, pilots)
     c.rollout.max_slots = 128
     c.rollout.max_len = 64
     c.rollout.max_new_tokens = 4
@@ -85,12 +97,12 @@ def get_config():
     c.rl.epochs = 2
     c.rl.pack_len = 64
     c.rl.pack_buckets = ()
-    c.opt.lr = 1e-3                       # GRPO learning rate
+    c.opt.lr = 3e-4                       # GRPO learning rate (1e-3 collapsed the policy's entropy within ~50 steps, pilots)
 
     c.sft.enabled = False                 # the warm start command turns it on; GRPO runs start from model.init_from
     c.sft.keep_failed_demos = True        # the weak teacher's replies, right or wrong
-    c.sft.num_demos = 1024                # teacher demonstrations
-    c.sft.steps = 300                     # SFT steps
+    c.sft.num_demos = 16384               # teacher demonstrations, ~2 epochs (1024 = 31 epochs: SFT memorised the teacher's coin flips, groups without variance)
+    c.sft.steps = 1000                    # SFT steps (300 left a third of the answers off the list)
     c.sft.batch_size = 32
     c.sft.lr = 3e-3
     c.sft.warmup_steps = 10

@@ -73,6 +73,14 @@ def test_the_weak_teacher_is_right_about_one_time_in_num_pairs(num_pairs):
     assert min(counts.values()) > len(tasks) / num_pairs * 0.9, counts
 
 
+def test_keys_in_order_make_the_query_name_a_position():
+    tasks = registry.load_split("kv_lookup", "train", n=200, seed=0, num_keys=2, shuffle_keys=False)
+    assert {tuple(k for k, _ in t.data["pairs"]) for t in tasks} == {("a", "b")}
+    assert all(t.category == ("position_1" if t.data["query"] == "a" else "position_2") for t in tasks)
+    shuffled = registry.load_split("kv_lookup", "train", n=200, seed=0, num_keys=2)
+    assert {tuple(k for k, _ in t.data["pairs"]) for t in shuffled} == {("a", "b"), ("b", "a")}
+
+
 def test_sft_plays_the_teacher_and_keeps_its_failures():
     """The family registers the teacher as its demonstrations (what launch/train.py's SFT phase
     records), and the experiment's warm start keeps the failed ones too."""
@@ -85,8 +93,10 @@ def test_sft_plays_the_teacher_and_keeps_its_failures():
     cfg.sft.enabled = True
     run = spec.resolve(cfg, num_devices=1, check_paths=False)
     assert run.sft.keep_failed_demos and run.env.name == "kv_lookup"
-    assert run.env.split_kwargs == {"n": cfg.env.num_tasks, "seed": cfg.env.task_seed, "num_pairs": 2,
-                                    "num_keys": 4, "num_values": len(kv_lookup.WORDS)}
+    kv = cfg.env.kv_lookup
+    assert run.env.split_kwargs == {"n": cfg.env.num_tasks, "seed": cfg.env.task_seed, "num_pairs": kv.num_pairs,
+                                    "num_keys": kv.num_keys, "num_values": kv.num_values,
+                                    "shuffle_keys": kv.shuffle_keys}
     assert run.loop.eval.num_tasks >= 256 and run.loop.eval.greedy
 
 

@@ -67,8 +67,10 @@ def check_options(num_pairs: int, num_keys: int, num_values: int) -> None:
 
 
 def load_split(split: str, n: int = 256, seed: int = 0, num_pairs: int = 2, num_keys: int = 4,
-               num_values: int = len(WORDS)) -> list:
-    """``n`` tasks of ``split`` (module docstring), drawn from the split's own stream of ``seed``."""
+               num_values: int = len(WORDS), shuffle_keys: bool = True) -> list:
+    """``n`` tasks of ``split`` (module docstring), drawn from the split's own stream of ``seed``.
+    ``shuffle_keys=False`` lists the keys in alphabetical order (with ``num_keys == num_pairs``
+    always the same keys in the same places, so the query names a position of the list)."""
     check_options(num_pairs, num_keys, num_values)
     pool = value_sets(split, num_pairs, num_values)
     if not pool:
@@ -80,6 +82,8 @@ def load_split(split: str, n: int = 256, seed: int = 0, num_pairs: int = 2, num_
         values = list(rng.choice(pool))
         rng.shuffle(values)
         keys = rng.sample(KEYS[:num_keys], num_pairs)
+        if not shuffle_keys:
+            keys.sort()
         q = rng.randrange(num_pairs)
         pairs = [[k, v] for k, v in zip(keys, values)]
         tasks.append(Task(NAME, {"pairs": pairs, "query": keys[q], "answer": values[q],
@@ -120,13 +124,15 @@ def _section() -> ml_collections.ConfigDict:
     s.num_pairs = 2                       # key=value pairs listed per task (the weak teacher is right 1/num_pairs of the time)
     s.num_keys = 4                        # keys drawn from the first num_keys letters a, b, c, ...
     s.num_values = len(WORDS)             # values drawn from the first num_values words (the splits partition their sets)
+    s.shuffle_keys = True                 # keys listed in random order (False: alphabetical, so with num_keys == num_pairs the query names a position)
     return s
 
 
 def _split_kwargs(env) -> dict:
     kv = env.kv_lookup
     return {"n": env.num_tasks, "seed": env.task_seed, "num_pairs": int(kv.num_pairs),
-            "num_keys": int(kv.num_keys), "num_values": int(kv.num_values)}
+            "num_keys": int(kv.num_keys), "num_values": int(kv.num_values),
+            "shuffle_keys": bool(kv.shuffle_keys)}
 
 
 SECTION = EnvSection(section=_section, env_kwargs=lambda env: {}, split_kwargs=_split_kwargs,
