@@ -14,7 +14,8 @@ round. A family's package (``harness_jax/envs/<family>/__init__.py``) ends with:
         load_split=load_split,               # (split, **kw) -> list[Task] marked with `split`
         description="WebShop on the real search engine; goals partitioned by hash",
         config=SECTION,                      # config_schema.EnvSection: the typed config.env.webshop
-        h0=protocol.h0))                     # (protocol) -> base harness H0 as a spec dict
+        h0=protocol.h0,                      # (protocol) -> base harness H0 as a spec dict
+        demos=None))                         # (task, protocol) -> a demonstration's replies (SFT)
 
 and keeps that import cheap (heavy runtimes are imported inside ``make``/``load_split``).
 
@@ -25,6 +26,9 @@ benchmark's published base harness as a dict in the JSON format of harness spec 
 (``HarnessSpec.to_dict``; nested ``rules``/``observation`` as dicts), so envs never import
 ``harness_jax.harness``; ``harness.presets.base_harness`` builds the ``HarnessSpec`` from it (a
 family without ``h0`` gets a neutral H0: the first observation is the task).
+``demos(task, protocol)`` returns the replies (``str`` or ``ToolCall``, one per turn) that the SFT
+warm start plays through the executor (``train.sft_warmstart``): DBBench's gold policy, or a weak
+teacher's replies (``kv_lookup``); a family without ``demos`` has no SFT warm start.
 ``make``/``load_split``/``spec``/``names`` find a family that is not registered yet by
 importing ``harness_jax.envs.<name>`` and then, if needed, every module of ``harness_jax.envs``
 (a family whose import fails is reported with its error when its name is asked for). Families
@@ -63,8 +67,9 @@ class EnvSpec:
 
     ``make(**kw) -> Env`` builds one environment (one episode at a time); ``load_split(split,
     **kw) -> list[Task]`` returns the tasks of ``split``, each marked with it; ``config`` is the
-    typed ``config.env.<name>`` section; ``h0(protocol) -> dict`` the base harness's spec fields
-    (module docstring).
+    typed ``config.env.<name>`` section; ``h0(protocol) -> dict`` the base harness's spec fields;
+    ``demos(task, protocol) -> list`` a demonstration's replies for the SFT warm start (module
+    docstring).
     """
 
     name: str
@@ -73,6 +78,7 @@ class EnvSpec:
     description: str = ""
     config: Optional[EnvSection] = None
     h0: Optional[Callable[[str], dict]] = None
+    demos: Optional[Callable[[Any, str], list]] = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -86,6 +92,8 @@ class EnvSpec:
                             f"harness_jax.config_schema.EnvSection, got {type(self.config).__name__}")
         if self.h0 is not None and not callable(self.h0):
             raise TypeError(f"EnvSpec.h0 of {self.name!r} must be callable: (protocol) -> dict")
+        if self.demos is not None and not callable(self.demos):
+            raise TypeError(f"EnvSpec.demos of {self.name!r} must be callable: (task, protocol) -> list")
 
 
 _REGISTRY: dict[str, EnvSpec] = {}

@@ -521,10 +521,11 @@ class OptSection:
 
 @dataclasses.dataclass(frozen=True)
 class SFTSection:
-    """``sft``: the SFT warm start on gold demonstrations (``train.sft_warmstart``)."""
+    """``sft``: the SFT warm start on the family's demonstrations (``train.sft_warmstart``)."""
 
     enabled: bool = False                         # run SFT on gold demonstrations before GRPO
-    num_demos: int = option(256, at_least=1)      # gold demonstrations (generator tasks solved by the oracle)
+    num_demos: int = option(256, at_least=1)      # demonstrations recorded (generator tasks played by the family's demonstration policy)
+    keep_failed_demos: bool = False               # also train on demonstrations the environment scores as failures (a weak teacher's, e.g. kv_lookup); False: successful ones only
     steps: int = option(100, at_least=1)          # SFT optimizer steps
     batch_size: int = option(8, at_least=1)       # demonstrations per SFT step
     lr: float = option(1e-3, above=0, fix="e.g. 1e-3 for the tiny model")  # SFT peak learning rate

@@ -1,10 +1,12 @@
 """SFT warm start on gold demonstrations, recorded through the real harness and environment.
 
 A randomly initialised policy solves nothing, so GRPO would see only zero-variance groups. The
-warm start plays the environment's oracle replies (for DBBench: the gold SQL, then the gold
-answer) as the policy's turns, through the same executor, harness and chat format the GRPO
-rollouts use. The recorded token sequences are therefore exactly what the policy will see and
-produce later; only demonstrations the environment scores as successful are kept.
+warm start plays the family's demonstration replies (``registry.EnvSpec.demos``; for DBBench the
+gold SQL, then the gold answer) as the policy's turns, through the same executor, harness and
+chat format the GRPO rollouts use. The recorded token sequences are therefore exactly what the
+policy will see and produce later; only demonstrations the environment scores as successful are
+kept, unless ``sft.keep_failed_demos`` (a weak teacher's demonstrations, e.g. ``kv_lookup``'s,
+which are right only by chance: SFT then imitates the teacher, failures included).
 
 Training is ``rl.sft.train_sft`` (the project's one SFT loop) with a learner in SFT mode that
 starts from the policy, checkpointed under ``<workdir>/sft_checkpoints``: a warm start killed
@@ -34,8 +36,8 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 
+from harness_jax.envs import registry
 from harness_jax.envs.base import ToolCall
-from harness_jax.envs.dbbench.env import oracle_reply
 from harness_jax.rl import sft
 from harness_jax.rl.checkpoint import CheckpointConfig, Checkpointer
 from harness_jax.rl.learner import Learner
@@ -74,14 +76,20 @@ class DemoEngine(RolloutEngine):
                               prompt_tokens=len(request.input_ids))
 
 
+def demo_actions(env, task) -> list:
+    """The family's demonstration replies to ``task`` (``registry.EnvSpec.demos``: ``str`` or
+    ``ToolCall``, one per turn) in ``env.protocol`` (``env``: ``train.spec.EnvSpec``)."""
+    demos = registry.spec(env.name).demos
+    if demos is None:
+        raise ValueError(f"config.env.name={env.name!r}: this family registers no demonstrations "
+                         "(registry.EnvSpec.demos), so it has no SFT warm start; set --config.sft.enabled=False")
+    return list(demos(task, env.protocol))
+
+
 def demo_replies(env, task) -> list[str]:
-    """Oracle replies of the environment (``train.spec.EnvSpec``), rendered as assistant text in
-    ``env.protocol``."""
-    if env.name != "dbbench":
-        raise ValueError(f"config.env.name={env.name!r}: SFT warm start has gold demonstrations "
-                         "for 'dbbench' only; set --config.sft.enabled=False")
+    """``demo_actions`` rendered as assistant text in ``env.protocol``."""
     return [render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r
-            for r in oracle_reply(task.data, protocol=env.protocol)]
+            for r in demo_actions(env, task)]
 
 
 async def record_demonstrations(ctx, tasks) -> list:
@@ -115,14 +123,16 @@ def warm_start(ctx, *, should_stop: Optional[Callable[[], bool]] = None) -> dict
     t0 = time.perf_counter()
     tasks = builders.load_tasks(env, env.train_split, n=s.num_demos, seed_offset=s.seed_offset)
     episodes = asyncio.run(record_demonstrations(ctx, tasks))
-    good = [e for e in episodes if e.success and not e.infra_error]
+    succeeded = [e for e in episodes if e.success and not e.infra_error]
+    good = [e for e in episodes if not e.infra_error] if s.keep_failed_demos else succeeded
     record_s = time.perf_counter() - t0
-    ctx.console.line(f"SFT demos: {len(good)}/{len(episodes)} gold demonstrations succeed ({record_s:.1f}s)")
+    ctx.console.line(f"SFT demos: {len(succeeded)}/{len(episodes)} demonstrations succeed, {len(good)} "
+                     f"trained on ({record_s:.1f}s)")
     if not good:
         raise RuntimeError("SFT warm start: no gold demonstration succeeded in the environment; the "
                            "oracle/environment pairing is broken (check config.env)")
     out = train_segments(ctx, [seg for e in good for seg in e.segments], should_stop=should_stop)
-    out.update(demos=len(episodes), demos_succeeded=len(good), record_s=record_s)
+    out.update(demos=len(episodes), demos_succeeded=len(succeeded), demos_trained=len(good), record_s=record_s)
     if out["finished"]:
         publish(ctx)          # the SFT cache (sft.cache_dir): a later run with the same key reuses it
     return out
@@ -203,6 +213,8 @@ def sft_key_fields(run) -> dict:
          "opt": {k: getattr(opt, k) for k in ("end_lr_ratio", "b1", "b2", "eps", "weight_decay", "grad_clip")},
          "sft": {k: v for k, v in dataclasses.asdict(run.sft).items()
                  if k not in ("cache_dir", "ckpt_every_steps", "demo_concurrency")}}
+    if not run.sft.keep_failed_demos:     # the default: keys of warm starts made before the field existed stay valid
+        del d["sft"]["keep_failed_demos"]
     return d
 
 

@@ -28,7 +28,7 @@ from typing import Iterable
 from absl import logging
 from etils import epath
 
-from harness_jax.envs.dbbench.env import oracle_reply
+from harness_jax.envs import registry
 from harness_jax.harness import presets
 from harness_jax.paths import resolve
 from harness_jax.train import builders, sft_warmstart, workdir
@@ -50,11 +50,12 @@ def training_corpus(run, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
     for spec in env.tool_specs() or []:
         yield str(spec)
     tasks = builders.load_tasks(e, e.train_split, n=n_tasks, seed_offset=7919)
+    has_demos = registry.spec(e.name).demos is not None
     for task in tasks:
         yield env.reset(task)
-        if e.name != "dbbench":
+        if not has_demos:
             continue
-        for text, action in zip(sft_warmstart.demo_replies(e, task), oracle_reply(task.data, protocol=e.protocol)):
+        for text, action in zip(sft_warmstart.demo_replies(e, task), sft_warmstart.demo_actions(e, task)):
             yield text
             res = env.step(action)
             yield res.observation

@@ -44,10 +44,15 @@ def load_split(split: str, n: int = 100, seed: int = 0, path: Optional[str] = No
         split=split, source=f"generated[{split}]")
 
 
+def demonstration(task, protocol: str = "text") -> list:
+    """The gold policy's replies to ``task`` (the SFT warm start's demonstrations)."""
+    return oracle_reply(task.data, protocol=protocol)
+
+
 registry.register(registry.EnvSpec(
     name=ENV_NAME, make=DBBenchEnv, load_split=load_split,
     description="AgentBench DB on SQLite or MariaDB; generated or file-backed tasks",
-    config=SECTION, h0=h0))
+    config=SECTION, h0=h0, demos=demonstration))
 
 
 __all__ = [
