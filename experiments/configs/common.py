@@ -24,6 +24,34 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def toy_model(c: ml_collections.ConfigDict, layer_types: tuple) -> None:
+    """The toy families' policy (the learning test's ``word_label``, ``kv_lookup`` in
+    ``grpo_learns_cpu``): a 2-layer, hidden-64 Qwen3.5 on one device with a task BPE whose words
+    are single tokens."""
+    c.model.tokenizer = "task_bpe"        # a few hundred tokens: the words are single tokens
+    c.model.tokenizer_vocab = 512         # task BPE vocabulary size
+    c.model.tokenizer_pretokenizer = "isolate"  # every word its own pre-token
+    a = c.model.arch
+    a.vocab_size = 512                    # = the task BPE vocabulary
+    a.hidden_size = 64                    # model width
+    a.intermediate_size = 128             # MLP width
+    a.num_hidden_layers = 2               # layers
+    a.layer_types = tuple(layer_types)    # the caller's layer mix
+    a.num_attention_heads = 2             # query heads of the full-attention layers
+    a.num_key_value_heads = 1             # kv heads (GQA 2:1)
+    a.head_dim = 32                       # attention head width
+    a.linear_num_key_heads = 1            # Gated DeltaNet key heads
+    a.linear_num_value_heads = 2          # Gated DeltaNet value heads
+    a.linear_key_head_dim = 32            # Gated DeltaNet key head width
+    a.linear_value_head_dim = 32          # Gated DeltaNet value head width
+    a.tie_word_embeddings = True          # LM head shares the embedding
+    a.max_position_embeddings = 128       # longest episode in tokens
+    a.eos_token_id = 2                    # <|im_end|> in the task tokenizer
+    a.pad_token_id = 0                    # padding id of the task tokenizer
+    c.mesh.shape = (1, 1, 1, 1)           # data, fsdp, tensor, expert: one device
+    c.mesh.num_devices = 1                # one CPU device
+
+
 def use_dbbench_mariadb(c: ml_collections.ConfigDict) -> None:
     """The accelerator presets' DBBench set-up (shared so GPU and TPU runs are comparable)."""
     c.env.name = "dbbench"                # AgentBench DB

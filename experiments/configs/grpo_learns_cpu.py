@@ -101,28 +101,8 @@ def get_config():
     c.name = "grpo_learns_cpu"
     c.seed = 0
     c.num_steps = 200                     # GRPO steps (pilot: 6.2 min wall beside another run)
-    c.model.tokenizer = "task_bpe"        # a few hundred tokens: keys and values are single tokens
-    c.model.tokenizer_vocab = 512
-    c.model.tokenizer_pretokenizer = "isolate"
-    a = c.model.arch
-    a.vocab_size = 512
-    a.hidden_size = 64
-    a.intermediate_size = 128
-    a.num_hidden_layers = 2
-    a.layer_types = ("full_attention", "full_attention")  # pilots: learned no faster than GDN + attention, ran faster
-    a.num_attention_heads = 2
-    a.num_key_value_heads = 1
-    a.head_dim = 32
-    a.linear_num_key_heads = 1
-    a.linear_num_value_heads = 2
-    a.linear_key_head_dim = 32
-    a.linear_value_head_dim = 32
-    a.tie_word_embeddings = True
-    a.max_position_embeddings = 128
-    a.eos_token_id = 2                    # <|im_end|> in the task tokenizer
-    a.pad_token_id = 0
-    c.mesh.shape = (1, 1, 1, 1)
-    c.mesh.num_devices = 1
+    # pilots: two attention layers learned no faster than Gated DeltaNet + attention, and ran faster
+    common.toy_model(c, ("full_attention", "full_attention"))
 
     c.env.name = "kv_lookup"
     c.env.protocol = "text"

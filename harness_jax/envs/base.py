@@ -108,6 +108,33 @@ class Env(abc.ABC):
         return _run(self.aclose())
 
 
+class OneTurnAnswerEnv(Env):
+    """One turn: the first observation is ``observe(task)``; the reply (stripped) must equal
+    ``task.data["answer"]`` (reward 1, else 0). The toy families (``kv_lookup``, the learning
+    test's ``word_label``) differ only in what they show."""
+
+    protocol = "text"
+
+    def __init__(self):
+        self.task = None
+        self.solved = False
+
+    @abc.abstractmethod
+    def observe(self, task: Task) -> str:
+        """The task's prompt."""
+
+    async def areset(self, task: Task) -> str:
+        self.task, self.solved = task, False
+        return self.observe(task)
+
+    async def astep(self, action) -> StepResult:
+        self.solved = str(action).strip() == self.task.data["answer"]
+        return StepResult("", float(self.solved), True, {})
+
+    async def aevaluate(self) -> dict:
+        return {"success": self.solved, "score": float(self.solved)}
+
+
 class BlockingEnv(Env):
     """An Env whose engine is blocking code (SQL drivers, game engines).
 

@@ -11,28 +11,7 @@ def get_config():
     c.name = "learning_test"
     c.seed = 0
     c.num_steps = 40                      # GRPO steps (training success first reaches 0.9 at step 17-31 over 9 seeds)
-    c.model.tokenizer = "task_bpe"        # a few hundred tokens: the words are single tokens
-    c.model.tokenizer_vocab = 512
-    c.model.tokenizer_pretokenizer = "isolate"
-    a = c.model.arch
-    a.vocab_size = 512
-    a.hidden_size = 64
-    a.intermediate_size = 128
-    a.num_hidden_layers = 2
-    a.layer_types = ("linear_attention", "full_attention")
-    a.num_attention_heads = 2
-    a.num_key_value_heads = 1
-    a.head_dim = 32
-    a.linear_num_key_heads = 1
-    a.linear_num_value_heads = 2
-    a.linear_key_head_dim = 32
-    a.linear_value_head_dim = 32
-    a.tie_word_embeddings = True
-    a.max_position_embeddings = 128
-    a.eos_token_id = 2                    # <|im_end|> in the task tokenizer
-    a.pad_token_id = 0
-    c.mesh.shape = (1, 1, 1, 1)
-    c.mesh.num_devices = 1
+    common.toy_model(c, ("linear_attention", "full_attention"))
 
     c.env.name = word_label.NAME
     c.env.protocol = "text"

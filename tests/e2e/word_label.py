@@ -20,7 +20,7 @@ import ml_collections
 
 from harness_jax.config_schema import EnvSection
 from harness_jax.envs import registry
-from harness_jax.envs.base import Env, StepResult, Task
+from harness_jax.envs.base import OneTurnAnswerEnv, Task
 
 NAME = "word_label"
 WORDS = ("sun", "cat", "red", "box", "map", "pen", "cup", "dog", "hat", "key", "owl", "jam",
@@ -32,26 +32,13 @@ def label_of(word: str) -> str:
     return LABELS[WORDS.index(word) % len(LABELS)]
 
 
-class WordLabelEnv(Env):
+class WordLabelEnv(OneTurnAnswerEnv):
     """One turn: the reply (stripped) must be the word's label."""
 
     name = NAME
-    protocol = "text"
 
-    def __init__(self):
-        self.task = None
-        self.solved = False
-
-    async def areset(self, task: Task) -> str:
-        self.task, self.solved = task, False
+    def observe(self, task: Task) -> str:
         return task.data["word"]
-
-    async def astep(self, action) -> StepResult:
-        self.solved = str(action).strip() == self.task.data["answer"]
-        return StepResult("", float(self.solved), True, {})
-
-    async def aevaluate(self) -> dict:
-        return {"success": self.solved, "score": float(self.solved)}
 
 
 def load_split(split: str, n: int = 256, seed: int = 0, num_words: int = len(WORDS)) -> list:

@@ -28,7 +28,7 @@ import ml_collections
 
 from harness_jax.config_schema import EnvSection
 from harness_jax.envs import splits
-from harness_jax.envs.base import Env, StepResult, Task
+from harness_jax.envs.base import OneTurnAnswerEnv, Task
 
 NAME = "kv_lookup"
 KEYS = tuple("abcdefgh")
@@ -97,26 +97,13 @@ def teacher_reply(task, protocol: str = "text") -> list:
     return [task.data["teacher"]]
 
 
-class KVLookupEnv(Env):
+class KVLookupEnv(OneTurnAnswerEnv):
     """One turn: the reply (stripped) must be the queried key's value."""
 
     name = NAME
-    protocol = "text"
 
-    def __init__(self):
-        self.task = None
-        self.solved = False
-
-    async def areset(self, task: Task) -> str:
-        self.task, self.solved = task, False
+    def observe(self, task: Task) -> str:
         return prompt(task.data["pairs"], task.data["query"])
-
-    async def astep(self, action) -> StepResult:
-        self.solved = str(action).strip() == self.task.data["answer"]
-        return StepResult("", float(self.solved), True, {})
-
-    async def aevaluate(self) -> dict:
-        return {"success": self.solved, "score": float(self.solved)}
 
 
 def _section() -> ml_collections.ConfigDict:
