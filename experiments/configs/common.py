@@ -52,6 +52,24 @@ def toy_model(c: ml_collections.ConfigDict, layer_types: tuple) -> None:
     c.mesh.num_devices = 1                # one CPU device
 
 
+def toy_one_turn_loop(c: ml_collections.ConfigDict) -> None:
+    """The toy families' GRPO loop: one text turn, G = 8 x 16 tasks per step, 4 optimizer steps
+    per batch, 64-token rows."""
+    c.env.protocol = "text"               # one reply in plain text
+    c.env.max_turns = 1                   # one turn per episode
+    c.rollout.max_slots = 128             # every episode of a step decodes at once
+    c.rollout.max_len = 64                # prompt + reply tokens per slot
+    c.rollout.prefill_buckets = (32,)     # one prompt bucket: one prefill program
+    c.rollout.decode_steps = 8            # decode steps per engine call
+    c.rollout.concurrency = 128           # episodes in flight
+    c.rl.group_size = 8                   # G: episodes per task
+    c.rl.tasks_per_step = 16              # tasks per GRPO step
+    c.rl.mini_batches = 2                 # two optimizer steps per epoch: the clip acts
+    c.rl.epochs = 2                       # two passes over each batch
+    c.rl.pack_len = 64                    # tokens per packed row (an episode is ~20)
+    c.rl.pack_buckets = ()                # one row length: one train-step program
+
+
 def use_dbbench_mariadb(c: ml_collections.ConfigDict) -> None:
     """The accelerator presets' DBBench set-up (shared so GPU and TPU runs are comparable)."""
     c.env.name = "dbbench"                # AgentBench DB

@@ -103,27 +103,15 @@ def get_config():
     c.num_steps = 200                     # GRPO steps (pilot: 6.2 min wall beside another run)
     # pilots: two attention layers learned no faster than Gated DeltaNet + attention, and ran faster
     common.toy_model(c, ("full_attention", "full_attention"))
+    common.toy_one_turn_loop(c)
 
     c.env.name = "kv_lookup"
-    c.env.protocol = "text"
     c.env.num_tasks = 4096                # training tasks the stream cycles over
-    c.env.max_turns = 1
     c.env.kv_lookup.num_pairs = 2         # pairs per task: the teacher (and the warm start) is right about half the time
     c.env.kv_lookup.num_keys = 2          # keys a, b (4 keys: not learned even by supervised SFT in the pilots)
     c.env.kv_lookup.shuffle_keys = False  # "a=.. b=.. ? b": the query names a position (shuffled keys: not learned, pilots)
-    c.rollout.max_slots = 128
-    c.rollout.max_len = 64
     c.rollout.max_new_tokens = 4
-    c.rollout.prefill_buckets = (32,)
-    c.rollout.decode_steps = 8
-    c.rollout.concurrency = 128
 
-    c.rl.group_size = 8
-    c.rl.tasks_per_step = 16
-    c.rl.mini_batches = 2                 # two optimizer steps per epoch: the clip acts
-    c.rl.epochs = 2
-    c.rl.pack_len = 64
-    c.rl.pack_buckets = ()
     c.opt.lr = 3e-4                       # GRPO learning rate (1e-3 collapsed the policy's entropy within 80 steps, pilots)
 
     c.sft.enabled = False                 # the warm start command turns it on; GRPO runs start from model.init_from

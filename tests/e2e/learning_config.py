@@ -12,25 +12,13 @@ def get_config():
     c.seed = 0
     c.num_steps = 40                      # GRPO steps (training success first reaches 0.9 at step 17-31 over 9 seeds)
     common.toy_model(c, ("linear_attention", "full_attention"))
+    common.toy_one_turn_loop(c)
 
     c.env.name = word_label.NAME
-    c.env.protocol = "text"
     c.env.num_tasks = 512
-    c.env.max_turns = 1
-    c.rollout.max_slots = 128
-    c.rollout.max_len = 64
     c.rollout.max_new_tokens = 6
-    c.rollout.prefill_buckets = (32,)
-    c.rollout.decode_steps = 8
-    c.rollout.concurrency = 128
 
-    c.rl.group_size = 8
-    c.rl.tasks_per_step = 16
-    c.rl.mini_batches = 2                 # two optimizer steps per epoch: the clip acts
-    c.rl.epochs = 2
     c.rl.neg_adv_weight = 0.25            # damped failure side (plain GRPO stalls on words collapsed to a wrong label)
-    c.rl.pack_len = 64
-    c.rl.pack_buckets = ()
     c.opt.lr = 1e-3                       # 2e-3 left 3 of 7 seeds below 0.9 (words stuck on wrong labels; docs/rl.md)
 
     c.sft.steps = 60                      # the weak warm start (train_segments): a label, uniformly
