@@ -86,10 +86,14 @@ def demo_actions(env, task) -> list:
     return list(demos(task, env.protocol))
 
 
+def render_replies(actions) -> list[str]:
+    """Demonstration actions (``str`` or ``ToolCall``) as the assistant text the policy writes."""
+    return [render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r for r in actions]
+
+
 def demo_replies(env, task) -> list[str]:
     """``demo_actions`` rendered as assistant text in ``env.protocol``."""
-    return [render_tool_call(r.name, r.arguments) if isinstance(r, ToolCall) else r
-            for r in demo_actions(env, task)]
+    return render_replies(demo_actions(env, task))
 
 
 async def record_demonstrations(ctx, tasks) -> list:

@@ -55,7 +55,8 @@ def training_corpus(run, n_tasks: int = CORPUS_TASKS) -> Iterable[str]:
         yield env.reset(task)
         if not has_demos:
             continue
-        for text, action in zip(sft_warmstart.demo_replies(e, task), sft_warmstart.demo_actions(e, task)):
+        actions = sft_warmstart.demo_actions(e, task)      # once per task: rendered and stepped
+        for text, action in zip(sft_warmstart.render_replies(actions), actions):
             yield text
             res = env.step(action)
             yield res.observation
