@@ -125,6 +125,27 @@ def test_xdist_run_keeps_modules_whole_and_ends_with_the_service_skips(tmp_path)
     assert t["dirs"]["test_a.py"]["tests"] == 4
 
 
+def test_xdist_keeps_the_collection_order_of_units(tmp_path):
+    """Units go to the workers in collection order (the order HEAVY_FIRST sets), not reordered by
+    xdist's default ``--loadscope-reorder`` (more tests first), which would send a 1-test unit of
+    minutes last. Three units: test_a (1 test) before test_b and test_c (4 tests each): test_a
+    runs before test_c starts (with the reorder, test_b and test_c would start first)."""
+    log = tmp_path / "starts"
+    log.mkdir()
+    for m, n in (("a", 1), ("b", 4), ("c", 4)):
+        (tmp_path / f"test_{m}.py").write_text(textwrap.dedent(f"""
+            import os, time, pytest
+            @pytest.mark.parametrize("i", range({n}))
+            def test_part(i):
+                open(os.path.join({str(log)!r}, "{m}%d" % i), "w").write(repr(time.time()))
+                time.sleep(0.2)
+        """))
+    rc, out = _pytest_n2(tmp_path)
+    assert rc == 0 and "9 passed" in out, out
+    start = {f: float((log / f).read_text()) for f in os.listdir(log)}
+    assert start["a0"] < min(v for k, v in start.items() if k.startswith("c")), start
+
+
 def test_a_hang_under_xdist_fails_fast_with_its_stacks(tmp_path):
     """The watchdog under xdist: the hung test's worker prints every thread's stack and ends, the
     test is reported failed, it is not run again, and the run ends (no worker restart)."""
