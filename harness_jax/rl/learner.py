@@ -5,8 +5,9 @@ Layout of one ``Learner.update(batch)`` (one rollout batch, one policy version):
 1. the packed ``TrainBatch`` is placed on the mesh (rows over the rules' ``batch`` axes:
    ``data``, ``fsdp`` and ``expert`` by default);
 2. ``old_logp`` is recomputed with the current parameters (``recompute_old_logp``), else the
-   rollout engine's log-probs are used; the frozen reference's log-probs are added when a
-   KL coefficient is set;
+   rollout engine's log-probs are used; with one optimizer step per batch the old policy is the
+   current one and the step takes its own log-probs (``on_policy_step``: no separate forward);
+   the frozen reference's log-probs are added when a KL coefficient is set;
 3. for each epoch the rows are shuffled (a key from the checkpointed train-state RNG) and cut
    into ``num_mini_batches`` mini-batches; each mini-batch is one optimizer step.
 
@@ -516,8 +517,11 @@ class Learner:
             if unsampled.any() and not cfg.recompute_old_logp:
                 raise ValueError("the batch has credited tokens without sampling log-probabilities "
                                  "(Harness-S credit 'executed_action'); they need recompute_old_logp=True")
-            arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
-                                  else arrays["rollout_logp"].copy())
+            if self.on_policy_step:   # NaN: the train step's own log-probs (losses.policy_loss_terms)
+                arrays["old_logp"] = np.full_like(arrays["rollout_logp"], np.nan)
+            else:
+                arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
+                                      else arrays["rollout_logp"].copy())
             if unsampled.any():     # nothing to correct between sampler and trainer: TIS weight 1
                 arrays["rollout_logp"] = np.where(unsampled, arrays["old_logp"], arrays["rollout_logp"])
             if self.ref_params is not None:
@@ -546,6 +550,17 @@ class Learner:
                 out.append(m)
         self.policy_version += 1
         return out
+
+    @property
+    def on_policy_step(self) -> bool:
+        """Whether ``update`` leaves ``old_logp`` to the train step: one optimizer step per batch
+        (``num_mini_batches x num_epochs == 1``) with ``recompute_old_logp``, so the old policy is
+        the current one and its log-probs are the step's own forward (no separate recompute
+        program, no second forward per batch), unless a reference needs them on the host for
+        ``kl_to_ref``."""
+        cfg = self.cfg
+        return (cfg.mode == "grpo" and cfg.recompute_old_logp and cfg.num_mini_batches * cfg.num_epochs == 1
+                and self.ref_params is None)
 
     @property
     def step(self) -> int:

@@ -297,7 +297,14 @@ def policy_loss_terms(logp_BT, old_logp_BT, rollout_logp_BT, adv_B, mask_BT, cfg
     """
     f32 = jnp.float32
     logp_BT = jnp.asarray(logp_BT, f32)
-    old_logp_BT = jax.lax.stop_gradient(jnp.asarray(old_logp_BT, f32))
+    # NaN old log-probs stand for the policy's own (an on-policy step: the learner then needs no
+    # separate forward to recompute them; the ratio is exactly 1); NaN rollout log-probs for
+    # "no sampler drew this token" (TIS weight 1)
+    old_in_BT = jnp.asarray(old_logp_BT, f32)
+    old_logp_BT = jax.lax.stop_gradient(jnp.where(jnp.isnan(old_in_BT), logp_BT, old_in_BT))
+    if rollout_logp_BT is not None:
+        rollout_logp_BT = jnp.asarray(rollout_logp_BT, f32)
+        rollout_logp_BT = jnp.where(jnp.isnan(rollout_logp_BT), old_logp_BT, rollout_logp_BT)
     mask_BT = jnp.asarray(mask_BT, f32)
     adv = jnp.asarray(adv_B, f32)
     adv_BT = adv[:, None] if adv.ndim == 1 else adv

@@ -311,3 +311,26 @@ def test_unsampled_credited_tokens_take_the_recomputed_logprob(batch):
     _, off = make(recompute_old_logp=False)
     with pytest.raises(ValueError, match="recompute_old_logp"):
         off.update(unsampled)
+
+
+def test_on_policy_update_takes_the_steps_own_logprobs(batch):
+    """One optimizer step per batch: ``update`` leaves ``old_logp`` to the train step (NaN, no
+    separate recompute forward) and equals the step given the recomputed log-probs explicitly:
+    same loss, same parameters, ratio exactly 1. With two mini-batches, or a reference, the
+    log-probs are recomputed on the host as before."""
+    _, lr = make()
+    assert lr.on_policy_step
+    _, ref = make()
+    arrays = dict(batch.arrays())
+    arrays["old_logp"] = ref.compute_logp(batch)
+    m_ref = ref.train_step(arrays)
+    m = lr.update(batch)[0]
+    assert m["ratio_mean"] == 1.0 and m["max/ratio"] == 1.0 and m["min/ratio"] == 1.0
+    assert m["loss"] == pytest.approx(m_ref["loss"], rel=1e-5, abs=1e-7)
+    assert m["sampler_trainer_logp_diff_abs"] == pytest.approx(m_ref["sampler_trainer_logp_diff_abs"], rel=1e-5)
+    for x, y in zip(jax.tree.leaves(ref.params_numpy()), jax.tree.leaves(lr.params_numpy())):
+        np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-6)
+    assert not make(num_mini_batches=2)[1].on_policy_step
+    assert not make(num_epochs=2)[1].on_policy_step
+    assert not make(loss=losses.PolicyLossConfig(kl_coef=0.1))[1].on_policy_step
+    assert not make(recompute_old_logp=False)[1].on_policy_step
