@@ -70,6 +70,14 @@ def abstract_learner(run, devices=None):
     return ln, cfg
 
 
+def train_step_key(run) -> tuple:
+    """What decides a run's compiled train step, and so its AOT budget: the model section, the mesh,
+    the learner config and the pack length (rollout, method and environment settings do not enter
+    it). Two presets with equal keys share one budget compile. ``run``: ``train.spec.RunSpec``."""
+    return (dataclasses.asdict(run.model), dataclasses.asdict(run.mesh), dataclasses.asdict(run.learner),
+            int(run.rl.pack_len))
+
+
 def lower_train_step(run, *, seq_len: Optional[int] = None, rows: Optional[int] = None,
                      devices=None, compile: bool = True) -> AotReport:
     """Lowers (and compiles) the learner's train step for the run's mesh; returns the report."""

@@ -27,7 +27,8 @@ from harness_jax.train import spec
 
 # every accelerator preset's distinct train step (presets sharing a step share its budget):
 # (module, get_config argument, fake devices); the presets listed in the comments compile the
-# same program (same model, mesh, pack_len, micro-batches and memory plan)
+# same program (same model, mesh, pack_len, micro-batches and memory plan; for the Harness-S
+# presets tests/harness_s/test_configs.py checks it)
 GPU_STEPS = [
     ("experiments.configs.gpu8_qwen35_4b_dbbench", ""),     # + harness_s/dbbench_gpu8
     ("experiments.configs.gpu8_qwen35_4b_appworld", ""),    # + harness_s/appworld_gpu8, swe_gpu8
@@ -88,6 +89,8 @@ def test_tpu_presets_memory_budget_at_their_real_pack_len():
     for module, rep in reps.items():
         print(module, json.dumps({k: rep[k] for k in ("peak_gb", "budget_gb", "fits", "compile_s")}))
         assert rep["chip"] == "v5p" and rep["mesh_shape"]["fsdp"] == 16
+        if module.endswith("r1.tpu"):     # the 9B engineer, 32 micro-batches of one row
+            assert 8.5e9 < rep["num_params"] < 9.5e9 and rep["rows"] == 32, (rep["num_params"], rep["rows"])
         _check_budget(module, rep)
 
 
