@@ -64,6 +64,12 @@ random numbers at start and end; final minus start [paired bootstrap 95% interva
   [+0.387, +0.512], 115/0; per label 1.000/0.984/0.984/0.989; reward 0.34, 0.51, 0.89, 0.98,
   0.96, first >= 0.9 at step 31; zero-variance 0.10 -> 0.91, entropy 0.48 -> 0.05; 1.5 min, 76 s.
 
+Seed 0 again after the learner's on-policy step (a62c581: one optimizer step per batch takes its
+old log-probs from the step's own forward instead of a separate recompute; same math up to float
+rounding), same warm start, 2026-12-07 22:43: Avg@4 0.419 -> 0.992, +0.573 [+0.541, +0.605],
+245/0; greedy -> 1.000; 94 s wall, 114 s user CPU (machine idle, measured ~20% slower than at
+22:00 on a fixed probe, docs/ci.md).
+
 The interval is above 0 on all three seeds and every GRPO phase is far inside 20 min (1.5-1.6
 min), so the pre-registered criterion is met. What it shows and what it does not: GRPO from 0/1
 rewards chose, on lists never seen together in training, the right one of two readings the warm

@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 from harness_jax.envs.splits import SPLITS, check_split, check_test_access
 from harness_jax.types import ToolCall
 
-__all__ = ["SPLITS", "Action", "BlockingEnv", "Env", "InfraError", "StepResult", "Task",
+__all__ = ["SPLITS", "Action", "BlockingEnv", "Env", "InfraError", "StepResult", "Task", "teacher_reply",
            "ToolCall", "content_hash"]
 
 
@@ -106,6 +106,12 @@ class Env(abc.ABC):
 
     def close(self) -> None:
         return _run(self.aclose())
+
+
+def teacher_reply(task: "Task", protocol: str = "text") -> list:
+    """The one reply of a one-turn toy family's weak teacher, stored with the task as
+    ``task.data["teacher"]``: the family's registered SFT demonstration (``EnvSpec.demos``)."""
+    return [task.data["teacher"]]
 
 
 class OneTurnAnswerEnv(Env):

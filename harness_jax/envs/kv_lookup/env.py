@@ -92,11 +92,6 @@ def load_split(split: str, n: int = 256, seed: int = 0, num_pairs: int = 2, num_
     return tasks
 
 
-def teacher_reply(task, protocol: str = "text") -> list:
-    """The weak teacher's one reply (a listed value, uniformly): the SFT demonstration."""
-    return [task.data["teacher"]]
-
-
 class KVLookupEnv(OneTurnAnswerEnv):
     """One turn: the reply (stripped) must be the queried key's value."""
 

@@ -5,9 +5,10 @@ applied to unseen lists.
     tasks = registry.load_split("tail_label", "selection", n=256, seed=0, list_len=3)
 """
 from harness_jax.envs import registry
+from harness_jax.envs.base import teacher_reply
 from harness_jax.envs.tail_label.env import (LABELS, NAME, SECTION, TEACHER_MISTAKES, WORDS,
                                              TailLabelEnv, check_options, h0, label_of, load_split,
-                                             teacher_reply, word_set_key, word_sets)
+                                             word_set_key, word_sets)
 
 registry.register(registry.EnvSpec(
     name=NAME, make=TailLabelEnv, load_split=load_split,

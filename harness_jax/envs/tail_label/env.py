@@ -103,11 +103,6 @@ def load_split(split: str, n: int = 256, seed: int = 0, list_len: int = 3,
     return tasks
 
 
-def teacher_reply(task, protocol: str = "text") -> list:
-    """The weak teacher's one reply: the SFT demonstration."""
-    return [task.data["teacher"]]
-
-
 class TailLabelEnv(OneTurnAnswerEnv):
     """One turn: the reply (stripped) must be the last word's label."""
 
