@@ -513,8 +513,9 @@ class Learner:
         t0 = time.perf_counter()
         extra = {}
         if cfg.mode == "grpo":
-            unsampled = np.isnan(arrays["rollout_logp"])   # credited tokens no sampler drew (``types.UNSAMPLED_LOGP``)
-            if unsampled.any() and not cfg.recompute_old_logp:
+            # credited tokens no sampler drew (``types.UNSAMPLED_LOGP``, NaN): the loss gives them TIS
+            # weight 1 (losses.policy_loss_terms), which needs the trainer's own log-probs
+            if np.isnan(arrays["rollout_logp"]).any() and not cfg.recompute_old_logp:
                 raise ValueError("the batch has credited tokens without sampling log-probabilities "
                                  "(Harness-S credit 'executed_action'); they need recompute_old_logp=True")
             if self.on_policy_step:   # NaN: the train step's own log-probs (losses.policy_loss_terms)
@@ -522,8 +523,6 @@ class Learner:
             else:
                 arrays["old_logp"] = (self.compute_logp(batch) if cfg.recompute_old_logp
                                       else arrays["rollout_logp"].copy())
-            if unsampled.any():     # nothing to correct between sampler and trainer: TIS weight 1
-                arrays["rollout_logp"] = np.where(unsampled, arrays["old_logp"], arrays["rollout_logp"])
             if self.ref_params is not None:
                 arrays["ref_logp"] = self.compute_logp(batch, self.ref_params)
                 extra["kl_to_ref"] = masked_k3(arrays["ref_logp"], arrays["old_logp"], arrays["loss_mask"])
